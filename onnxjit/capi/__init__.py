@@ -1,0 +1,1 @@
+"""Mirror of `onnxruntime.capi` for scripts that import error classes from there."""

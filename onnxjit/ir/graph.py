@@ -1,0 +1,135 @@
+"""The in-memory graph the optimizer and fuser rewrite.
+
+A Value knows its producer and its uses, so a rewrite stays local (`replace_all_uses_with`). A Graph holds its
+nodes in topological order; subgraphs (If/Loop/Scan bodies) are Graphs owned by a node attribute and may read
+values of enclosing graphs by name (`Graph.outer_names`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import numpy as np
+
+from onnxjit.ir.types import ValueType
+
+
+class Value:
+    """A named value: a graph input, an initializer (`const` set), or a node output."""
+
+    __slots__ = ("name", "type", "producer", "uses", "const")
+
+    def __init__(self, name: str, type: ValueType | None = None, const: np.ndarray | None = None):
+        self.name = name
+        self.type = type
+        self.producer: Node | None = None
+        self.uses: list[tuple[Node, int]] = []  # (consumer, input index)
+        self.const = const
+
+    def replace_all_uses_with(self, other: "Value") -> None:
+        for node, i in list(self.uses):
+            node.set_input(i, other)
+
+    def __repr__(self) -> str:
+        return f"Value({self.name!r}, {self.type})"
+
+
+@dataclass
+class Attr:
+    """A node attribute. `value` is the Python value (a Graph for GRAPH, a list of Graphs for GRAPHS, the
+    proto for TENSOR/SPARSE_TENSOR/TYPE_PROTO); `ref_attr_name` is set inside function bodies."""
+
+    name: str
+    type: int  # onnx.AttributeProto.AttributeType
+    value: Any
+    ref_attr_name: str = ""
+    doc_string: str = ""
+
+
+class Node:
+    __slots__ = ("op_type", "domain", "name", "inputs", "outputs", "attributes", "opset", "doc_string", "graph")
+
+    def __init__(self, op_type: str, inputs: list[Value | None], outputs: list[Value], *, domain: str = "",
+                 name: str = "", attributes: dict[str, Attr] | None = None, opset: int = 0, doc_string: str = ""):
+        self.op_type = op_type
+        self.domain = domain
+        self.name = name
+        self.inputs: list[Value | None] = []
+        self.outputs = outputs
+        self.attributes = attributes or {}
+        self.opset = opset  # the model's opset version for this node's domain
+        self.doc_string = doc_string
+        self.graph: Graph | None = None
+        for v in inputs:
+            self.inputs.append(v)
+            if v is not None:
+                v.uses.append((self, len(self.inputs) - 1))
+        for v in outputs:
+            v.producer = self
+
+    def set_input(self, i: int, value: Value | None) -> None:
+        old = self.inputs[i]
+        if old is not None:
+            old.uses.remove((self, i))
+        self.inputs[i] = value
+        if value is not None:
+            value.uses.append((self, i))
+
+    def subgraphs(self) -> Iterator["Graph"]:
+        for a in self.attributes.values():
+            if isinstance(a.value, Graph):
+                yield a.value
+            elif isinstance(a.value, list):
+                yield from (g for g in a.value if isinstance(g, Graph))
+
+    @property
+    def label(self) -> str:
+        """How errors name this node: `Add (node 'add_1', ai.onnx opset 17)`."""
+        dom = self.domain or "ai.onnx"
+        return f"{self.op_type} (node {self.name!r}, domain {dom} opset {self.opset})"
+
+    def __repr__(self) -> str:
+        return f"Node({self.op_type}, {[v.name if v else '' for v in self.inputs]} -> {[v.name for v in self.outputs]})"
+
+
+@dataclass
+class Graph:
+    name: str = ""
+    inputs: list[Value] = field(default_factory=list)
+    outputs: list[Value] = field(default_factory=list)
+    initializers: dict[str, Value] = field(default_factory=dict)
+    nodes: list[Node] = field(default_factory=list)
+    doc_string: str = ""
+    parent: "Graph | None" = None
+    outer_names: list[str] = field(default_factory=list)  # names read from enclosing graphs, in first-use order
+
+    def append(self, node: Node) -> Node:
+        node.graph = self
+        self.nodes.append(node)
+        return node
+
+    def remove(self, node: Node) -> None:
+        for i in range(len(node.inputs)):
+            node.set_input(i, None)
+        self.nodes.remove(node)
+        node.graph = None
+
+    def all_nodes(self) -> Iterator[Node]:
+        """Every node, including those inside subgraphs."""
+        for n in self.nodes:
+            yield n
+            for g in n.subgraphs():
+                yield from g.all_nodes()
+
+
+@dataclass
+class Model:
+    graph: Graph
+    ir_version: int
+    opset_imports: dict[str, int]
+    producer_name: str = ""
+    producer_version: str = ""
+    domain: str = ""
+    model_version: int = 0
+    doc_string: str = ""
+    metadata_props: dict[str, str] = field(default_factory=dict)

@@ -1,0 +1,1 @@
+"""Numba kernels, plain math over arrays, one module per op family."""

@@ -1,0 +1,60 @@
+"""The op registry of the CPU provider: (domain, op_type) -> builders by since-version.
+
+A builder takes an IR node and returns a kernel `fn(*inputs) -> tuple of outputs`, with the node's attributes
+already turned into static arguments, or None when it cannot run this node (say an unsupported dtype); the
+node then goes to the next provider. The builder registered with the newest `since` <= the node's opset wins.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+from onnxjit.ir.graph import Node
+from onnxjit.ir.types import TensorType
+
+Kernel = Callable[..., Sequence[Any]]
+Builder = Callable[[Node], "Kernel | None"]
+
+OPS: dict[tuple[str, str], dict[int, Builder]] = {}
+
+
+def register_op(op_type: str, since: int = 1, domain: str = "") -> Callable[[Builder], Builder]:
+    def deco(build: Builder) -> Builder:
+        versions = OPS.setdefault((domain, op_type), {})
+        if since in versions:
+            raise ValueError(f"op {domain or 'ai.onnx'}::{op_type} since {since} registered twice")
+        versions[since] = build
+        return build
+    return deco
+
+
+def builder_for(node: Node) -> Builder | None:
+    versions = OPS.get((node.domain, node.op_type))
+    if not versions:
+        return None
+    since = max((v for v in versions if v <= node.opset), default=None)
+    return None if since is None else versions[since]
+
+
+# --- helpers builders use ------------------------------------------------------------------------------------
+def attr(node: Node, name: str, default: Any = None) -> Any:
+    a = node.attributes.get(name)
+    if a is None or a.ref_attr_name:
+        return default
+    v = a.value
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def input_tensor_types(node: Node) -> list[TensorType | None]:
+    """The input TensorTypes (None for an absent input or an unknown/non-tensor type)."""
+    return [v.type if v is not None and isinstance(v.type, TensorType) else None for v in node.inputs]
+
+
+def all_of_dtype(node: Node, allowed: frozenset, count: int | None = None) -> TensorType | None:
+    """The common type of the node's first `count` inputs when each is a known tensor of one allowed dtype."""
+    types = input_tensor_types(node)[:count] if count is not None else input_tensor_types(node)
+    if not types or any(t is None for t in types):
+        return None
+    elems = {t.elem_type for t in types}
+    if len(elems) != 1 or next(iter(elems)) not in allowed:
+        return None
+    return types[0]

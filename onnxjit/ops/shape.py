@@ -1,0 +1,112 @@
+"""Concat, Flatten and Reshape on the CPU provider. Pure data movement in numpy: Flatten and Reshape return
+views of a contiguous input. Any numeric or bool dtype is accepted (they do no arithmetic)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from onnx import TensorProto
+
+from onnxjit.ops.nn import rank_of, wanted_outputs
+from onnxjit.ops.registry import attr, input_tensor_types, register_op
+
+T = TensorProto
+DATA_TYPES = frozenset({T.FLOAT, T.DOUBLE, T.FLOAT16, T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16,
+                        T.UINT32, T.UINT64, T.BOOL})
+
+
+def _data_type(node, indices):
+    types = input_tensor_types(node)
+    elems = set()
+    for i in indices:
+        t = types[i] if i < len(types) else None
+        if t is None or t.elem_type not in DATA_TYPES:
+            return None
+        elems.add(t.elem_type)
+    return elems.pop() if len(elems) == 1 else None
+
+
+def build_concat(node):
+    if not node.inputs or _data_type(node, range(len(node.inputs))) is None or wanted_outputs(node) != 1:
+        return None
+    axis = attr(node, "axis", 1 if node.opset < 4 else None)
+    if axis is None:
+        return None
+    axis = int(axis)
+    ranks = {rank_of(node, i) for i in range(len(node.inputs))} - {None}
+    if len(ranks) > 1 or (ranks and not -next(iter(ranks)) <= axis < next(iter(ranks))):
+        return None
+
+    def run(*xs):
+        nd = xs[0].ndim
+        if not -nd <= axis < nd:
+            raise ValueError(f"Concat: axis {axis} is out of range for inputs of rank {nd}")
+        return (np.concatenate(xs, axis=axis),)
+    return run
+
+
+for _v in (1, 4, 11, 13):
+    register_op("Concat", since=_v)(build_concat)
+
+
+def build_flatten(node):
+    if len(node.inputs) != 1 or _data_type(node, (0,)) is None:
+        return None
+    axis = int(attr(node, "axis", 1))
+    rk = rank_of(node, 0)
+    if rk is not None and not -rk <= axis <= rk:
+        return None
+
+    def run(x):
+        a = axis + x.ndim if axis < 0 else axis
+        if not 0 <= a <= x.ndim:
+            raise ValueError(f"Flatten: axis {axis} is out of range for an input of rank {x.ndim}")
+        return (x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:])),)
+    return run
+
+
+for _v in (1, 9, 11, 13, 21):
+    register_op("Flatten", since=_v)(build_flatten)
+
+
+def reshape_target(in_shape, shape, allowzero):
+    """The output shape of Reshape: 0 copies the input's dim (unless allowzero), one -1 is inferred."""
+    out = [int(s) for s in shape]
+    if not allowzero:
+        for i, s in enumerate(out):
+            if s == 0:
+                if i >= len(in_shape):
+                    raise ValueError(f"Reshape: shape {out} copies dim {i} the input {tuple(in_shape)} lacks")
+                out[i] = in_shape[i]
+    if out.count(-1) > 1 or any(s < -1 for s in out):
+        raise ValueError(f"Reshape: invalid shape {list(shape)}")
+    total = math.prod(in_shape)
+    if -1 in out:
+        known = math.prod(s for s in out if s != -1)
+        if known == 0 or total % known:
+            raise ValueError(f"Reshape: cannot reshape {tuple(in_shape)} to {list(shape)}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        raise ValueError(f"Reshape: cannot reshape {tuple(in_shape)} to {list(shape)}")
+    return tuple(out)
+
+
+def build_reshape(node):
+    if _data_type(node, (0,)) is None:
+        return None
+    allowzero = int(attr(node, "allowzero", 0)) != 0
+    if node.opset < 5:  # Reshape-1: the shape is an attribute
+        if len(node.inputs) != 1 or attr(node, "shape") is None:
+            return None
+        shape = [int(s) for s in attr(node, "shape")]
+        return lambda x: (x.reshape(reshape_target(x.shape, shape, False)),)
+    if len(node.inputs) != 2:
+        return None
+    st = input_tensor_types(node)[1]
+    if st is None or st.elem_type != T.INT64:
+        return None
+    return lambda x, shape: (x.reshape(reshape_target(x.shape, shape.reshape(-1), allowzero)),)
+
+
+for _v in (1, 5, 13, 14, 19, 21):
+    register_op("Reshape", since=_v)(build_reshape)

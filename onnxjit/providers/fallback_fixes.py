@@ -1,0 +1,122 @@
+"""Operators where onnx.reference (1.23) disagrees with onnxruntime; the fallback provider uses these instead.
+
+Each class is an onnx.reference OpRun so it plugs into the same machinery; FIXES maps (domain, op_type) to
+{since_version: class or None}, None meaning "the reference implementation is right from this version on".
+"""
+from __future__ import annotations
+
+import numpy as np
+from onnx.reference.op_run import OpRun
+
+
+def _batch_norm_inference(x, scale, bias, mean, var, epsilon):
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = (x - mean.reshape(shape)) / np.sqrt(var.reshape(shape) + epsilon) * scale.reshape(shape) + bias.reshape(shape)
+    return y.astype(x.dtype)
+
+
+class BatchNormalizationInference(OpRun):
+    """BatchNormalization-7..13 in inference. The reference takes any `momentum` attribute (which exporters always
+    write) as training mode and normalizes with batch statistics; onnxruntime uses the running mean and var."""
+
+    op_domain = ""
+
+    def _run(self, x, scale, bias, mean, var, epsilon=None, **_unused):
+        return (_batch_norm_inference(x, scale, bias, mean, var, 1e-5 if epsilon is None else epsilon),)
+
+
+class GlobalMaxPool(OpRun):
+    """The reference reduces two axes counted from the wrong end, which breaks 3-D (N, C, L) inputs."""
+
+    op_domain = ""
+
+    def _run(self, x):
+        return (x.max(axis=tuple(range(2, x.ndim)), keepdims=True),)
+
+
+def _coerced_2d(fn):
+    """Softmax/LogSoftmax/Hardmax before opset 13 work on the input flattened to 2-D at `axis`; the reference
+    only has the per-axis opset-13 form."""
+
+    def _run(self, x, axis=1, **_unused):
+        axis = axis + x.ndim if axis < 0 else axis
+        rows = int(np.prod(x.shape[:axis], dtype=np.int64))
+        return (fn(x.reshape(rows, -1)).reshape(x.shape).astype(x.dtype),)
+    return _run
+
+
+def _softmax_rows(x):
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _log_softmax_rows(x):
+    shifted = x - x.max(axis=1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=1, keepdims=True))
+
+
+def _hardmax_rows(x):
+    y = np.zeros_like(x)
+    if x.size:
+        y[np.arange(x.shape[0]), np.argmax(x, axis=1)] = 1
+    return y
+
+
+class Softmax2D(OpRun):
+    op_domain = ""
+    _run = _coerced_2d(_softmax_rows)
+
+
+class LogSoftmax2D(OpRun):
+    op_domain = ""
+    _run = _coerced_2d(_log_softmax_rows)
+
+
+class Hardmax2D(OpRun):
+    op_domain = ""
+    _run = _coerced_2d(_hardmax_rows)
+
+
+class Optional(OpRun):
+    """The reference wraps the value in a list, which then reads as a one-element sequence; an optional is the
+    value itself, or None when empty."""
+
+    op_domain = ""
+
+    def _run(self, x=None, type=None):  # noqa: A002, ARG002
+        return (x,)
+
+
+class Scatter(OpRun):
+    """Scatter-9/10 (deprecated since 11): ScatterElements without reduction; the reference has none."""
+
+    op_domain = ""
+
+    def _run(self, data, indices, updates, axis=0):
+        axis = axis + data.ndim if axis < 0 else axis
+        idx = indices.astype(np.int64)
+        idx = np.where(idx < 0, idx + data.shape[axis], idx)
+        where = list(np.indices(idx.shape, sparse=True))
+        where[axis] = idx
+        out = data.copy()
+        out[tuple(where)] = updates
+        return (out,)
+
+
+FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
+    ("", "BatchNormalization"): {7: BatchNormalizationInference, 14: None},
+    ("", "GlobalMaxPool"): {1: GlobalMaxPool},
+    ("", "Softmax"): {1: Softmax2D, 13: None},
+    ("", "LogSoftmax"): {1: LogSoftmax2D, 13: None},
+    ("", "Hardmax"): {1: Hardmax2D, 13: None},
+    ("", "Optional"): {15: Optional},
+    ("", "Scatter"): {9: Scatter},
+}
+
+
+def fixed_op(domain: str, op_type: str, opset: int) -> type[OpRun] | None:
+    versions = FIXES.get((domain, op_type))
+    if not versions:
+        return None
+    since = max((v for v in versions if v <= opset), default=None)
+    return None if since is None else versions[since]

@@ -1,0 +1,1 @@
+"""Session: loading, partitioning, planning and running a model."""

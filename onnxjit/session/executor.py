@@ -1,0 +1,141 @@
+"""Compiled graphs and the plans that run them.
+
+A CompiledGraph is a graph partitioned over providers and lowered to Steps in topological order. Running it
+uses an ExecutionPlan for the feeds' signature (dtypes and shapes): the kernel each step binds for the shapes it
+sees, and the values to drop after their last consumer. Plans are cached per signature, so repeated runs with
+the same shapes do no planning work.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from onnxjit.errors import OnnxJitError, RuntimeException
+from onnxjit.ir.graph import Graph
+from onnxjit.providers.base import Step
+
+MAX_PLANS = 64
+
+
+def value_signature(v: Any) -> Any:
+    """What a plan is specialized on: dtype and shape of tensors, the structure of other values."""
+    if isinstance(v, np.ndarray):
+        return (v.dtype.str, v.shape)
+    if isinstance(v, list):
+        return ("seq", len(v), tuple(value_signature(x) for x in v[:4]))
+    if v is None:
+        return None
+    return type(v).__name__
+
+
+class ExecutionPlan:
+    """The kernels bound per step for one feed signature; filled during the first run with it.
+
+    A step with a `bind(arg_signatures) -> kernel` method gets a kernel specialized for the dtypes and shapes it
+    sees; the signature it was bound for is kept, because shapes after a data-dependent op (NonZero, Unique) can
+    differ between runs with the same feeds' shapes, and then the step is bound again.
+    """
+
+    __slots__ = ("bound",)
+
+    def __init__(self, steps: list[Step]):
+        # (signature, kernel) per step, replaced as one item so concurrent runs never see a mismatched pair
+        self.bound: list[tuple[list, Callable] | None] = [None] * len(steps)
+
+
+class CompiledGraph:
+    def __init__(self, graph: Graph, steps: list[Step], output_names: list[str] | None = None):
+        self.graph = graph
+        self.steps = steps
+        self.input_names = [v.name for v in graph.inputs]
+        # where each graph output is read from after the run (a host copy when computed on a device)
+        self.output_names = output_names or [v.name for v in graph.outputs]
+        self.outer_names = list(graph.outer_names)
+        self.constants = {name: v.const for name, v in graph.initializers.items()}
+        self.frees = self._last_uses()
+        self._plans: OrderedDict[tuple, ExecutionPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _last_uses(self) -> list[list[str]]:
+        """Names to drop after each step: intermediates past their last consumer (never outputs)."""
+        keep = set(self.output_names)
+        last: dict[str, int] = {}
+        for i, s in enumerate(self.steps):
+            for n in s.inputs:
+                if n:
+                    last[n] = i
+            for n in s.outputs:
+                if n and n not in last:
+                    last[n] = i  # produced but never read: dropped at once
+        frees: list[list[str]] = [[] for _ in self.steps]
+        for n, i in last.items():
+            if n not in keep:
+                frees[i].append(n)
+        return frees
+
+    def plan_for(self, feeds: dict[str, Any]) -> ExecutionPlan:
+        key = tuple((n, value_signature(v)) for n, v in feeds.items())
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+            plan = self._plans[key] = ExecutionPlan(self.steps)
+            if len(self._plans) > MAX_PLANS:
+                self._plans.popitem(last=False)
+            return plan
+
+    @property
+    def plan_count(self) -> int:
+        return len(self._plans)
+
+    def run(self, feeds: dict[str, Any], outer: dict[str, Any] | None = None, *,
+            profile: list | None = None, should_stop: Callable[[], bool] | None = None) -> list[Any]:
+        plan = self.plan_for(feeds)
+        env = dict(self.constants)
+        if outer:
+            env.update(outer)
+        env.update(feeds)
+        bound = plan.bound
+        for i, step in enumerate(self.steps):
+            args = [env[n] if n else None for n in step.inputs]
+            fn = step.fn
+            if step.bind is not None:
+                sig = [value_signature(a) for a in args]
+                entry = bound[i]
+                if entry is None or entry[0] != sig:
+                    entry = bound[i] = (sig, step.bind(sig))
+                fn = entry[1]
+            t0 = time.perf_counter() if profile is not None else 0.0
+            try:
+                outs = fn(*args)
+            except OnnxJitError:
+                raise
+            except Exception as e:  # noqa: BLE001 - a kernel failure becomes a typed error naming the node
+                node = step.nodes[0] if step.nodes else None
+                where = node.label if node is not None else step.name
+                shapes = ", ".join(f"{n or '<none>'}: {_describe(a)}" for n, a in zip(step.inputs, args))
+                raise RuntimeException(f"{where} failed on provider {step.provider} with inputs [{shapes}]: "
+                                       f"{type(e).__name__}: {e}") from e
+            if profile is not None:
+                profile.append((step, t0, time.perf_counter()))
+            for n, v in zip(step.outputs, outs):
+                if n:
+                    env[n] = v
+            for n in self.frees[i]:
+                env.pop(n, None)
+            if should_stop is not None and should_stop():
+                raise RuntimeException("run was terminated through RunOptions.terminate")
+        return [env[n] for n in self.output_names]
+
+
+def _describe(a: Any) -> str:
+    if isinstance(a, np.ndarray):
+        return f"{a.dtype}{list(a.shape)}"
+    if isinstance(a, list):
+        return f"sequence of {len(a)}"
+    return type(a).__name__

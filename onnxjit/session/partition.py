@@ -1,0 +1,69 @@
+"""Greedy partitioning of a graph over providers, and its lowering to a CompiledGraph.
+
+Each node goes to the first provider, in the caller's priority order, that can run it. Consecutive nodes on the
+same provider form one partition, which that provider compiles. Where a value crosses between devices a copy
+step is inserted, and graph outputs are always copied back to the host.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+from onnxjit.errors import NotImplemented as OrtNotImplemented
+from onnxjit.ir.graph import Graph, Node
+from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step
+from onnxjit.session.executor import CompiledGraph
+
+HOST = "cpu"
+
+
+def assign(graph: Graph, providers: Sequence[ExecutionProvider]) -> list[tuple[ExecutionProvider, list[Node]]]:
+    partitions: list[tuple[ExecutionProvider, list[Node]]] = []
+    for node in graph.nodes:
+        provider = next((p for p in providers if p.can_run(node)), None)
+        if provider is None:
+            tried = ", ".join(p.name for p in providers)
+            raise OrtNotImplemented(
+                f"Could not find an implementation for {node.op_type}({node.opset}) node with name "
+                f"{node.name!r}: no provider among [{tried}] runs op {node.op_type!r} of domain "
+                f"{node.domain or 'ai.onnx'} at opset {node.opset}")
+        if partitions and partitions[-1][0] is provider:
+            partitions[-1][1].append(node)
+        else:
+            partitions.append((provider, [node]))
+    return partitions
+
+
+def _copy_step(name: str, src: ExecutionProvider | None, dst: ExecutionProvider | None, new_name: str) -> Step:
+    def copy(v):
+        if src is not None:
+            v = src.to_host(v)
+        return (dst.from_host(v) if dst is not None else v,)
+    return Step([], "copy", [name], [new_name], copy, name=f"copy {name} -> {new_name}")
+
+
+def compile_graph(graph: Graph, providers: Sequence[ExecutionProvider], compiler: GraphCompiler) -> CompiledGraph:
+    steps: list[Step] = []
+    device_of: dict[str, ExecutionProvider | None] = {}  # None: on the host
+    copies: dict[tuple[str, str], str] = {}  # (value, device) -> name of its copy there
+
+    def located(name: str, want: ExecutionProvider | None) -> str:
+        have = device_of.get(name)
+        have_dev = HOST if have is None else have.device
+        want_dev = HOST if want is None else want.device
+        if not name or have_dev == want_dev:
+            return name
+        key = (name, want_dev)
+        if key not in copies:
+            copies[key] = f"{name}@{want_dev}"
+            steps.append(_copy_step(name, have, want, copies[key]))
+            device_of[copies[key]] = want
+        return copies[key]
+
+    for provider, nodes in assign(graph, providers):
+        for step in provider.compile(nodes, compiler):
+            step.inputs = [located(n, provider) for n in step.inputs]
+            steps.append(step)
+            for n in step.outputs:
+                device_of[n] = provider
+    output_names = [located(v.name, None) for v in graph.outputs]
+    return CompiledGraph(graph, steps, output_names)

@@ -1,0 +1,296 @@
+"""InferenceSession: onnxruntime's Python API over onnxjit's loader, providers and executor."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+from onnxjit.errors import InvalidArgument, InvalidGraph
+from onnxjit.ir.graph import Graph, Model
+from onnxjit.ir.serde import from_onnx, to_onnx
+from onnxjit.ir.types import (MapType, OptionalType, SequenceType, SparseTensorType, TensorType, ValueType,
+                              elem_type_of, shape_list, type_string)
+from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionProvider
+from onnxjit.session.executor import CompiledGraph
+from onnxjit.session.loader import check_model, load_model_proto
+from onnxjit.session.options import RunOptions, SessionOptions
+from onnxjit.session.partition import compile_graph
+
+log = logging.getLogger("onnxjit")
+
+FALLBACK = "FallbackExecutionProvider"
+DISABLE_FALLBACK_KEY = "session.disable_fallback_provider"
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """A graph input or output as onnxruntime describes it."""
+
+    name: str
+    type: str
+    shape: list
+
+    def __str__(self) -> str:
+        return f"NodeArg(name={self.name!r}, type={self.type!r}, shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict
+
+
+def get_available_providers() -> list[str]:
+    """Providers that can run on this machine, in default priority order."""
+    return [name for name, cls in PROVIDERS.items() if cls.is_available()]
+
+
+def get_all_providers() -> list[str]:
+    return list(KNOWN_PROVIDER_NAMES)
+
+
+def get_device() -> str:
+    return "CPU"
+
+
+def _normalize_providers(providers, provider_options) -> list[tuple[str, dict[str, str]]]:
+    if providers is None or len(providers) == 0:
+        return [(n, {}) for n in get_available_providers() if n != FALLBACK]
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise ValueError("'providers' and 'provider_options' should be the same length if both are given")
+    result: list[tuple[str, dict[str, str]]] = []
+    for i, p in enumerate(providers):
+        if isinstance(p, tuple):
+            if len(p) != 2 or not isinstance(p[0], str) or not isinstance(p[1], dict):
+                raise ValueError(f"a provider given as a tuple must be (name, options dict), got {p!r}")
+            if provider_options is not None:
+                raise ValueError("give provider options either in (name, options) tuples or in "
+                                 "'provider_options', not both")
+            name, opts = p
+        elif isinstance(p, str):
+            name, opts = p, (provider_options[i] if provider_options is not None else {})
+        else:
+            raise ValueError(f"providers must be names or (name, options) tuples, got {p!r}")
+        if name in (n for n, _ in result):
+            raise ValueError(f"'{name}' appears more than once in providers")
+        if name not in KNOWN_PROVIDER_NAMES:
+            raise ValueError(f"Unknown execution provider {name!r}; known: {', '.join(KNOWN_PROVIDER_NAMES)}")
+        cls = PROVIDERS.get(name)
+        if cls is None or not cls.is_available():
+            warnings.warn(f"Specified provider '{name}' is not in available provider names. Available providers: "
+                          f"'{', '.join(get_available_providers())}'", stacklevel=3)
+            continue
+        result.append((name, {str(k): str(v) for k, v in opts.items()}))
+    return result
+
+
+class InferenceSession:
+    def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
+                 provider_options=None, **kwargs):
+        self._sess_options = sess_options if sess_options is not None else SessionOptions()
+        so = self._sess_options
+        self._config = so.config_entries
+        proto, base_dir = load_model_proto(path_or_bytes)
+        self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        complaint = check_model(proto)
+        if complaint:
+            log.warning("onnx.checker: %s", complaint)
+        try:
+            self._model: Model = from_onnx(proto, base_dir)
+        except Exception as e:  # noqa: BLE001 - anything a malformed model trips becomes InvalidGraph
+            why = f" (onnx.checker: {complaint})" if complaint else ""
+            if isinstance(e, InvalidGraph):
+                raise InvalidGraph(f"{e}{why}") from e
+            raise InvalidGraph(f"cannot load the model: {type(e).__name__}: {e}{why}") from e
+        if so.optimized_model_filepath:
+            import onnx
+            onnx.save(to_onnx(self._model), os.fspath(so.optimized_model_filepath))
+
+        chosen = _normalize_providers(providers, provider_options)
+        if self._config.get(DISABLE_FALLBACK_KEY, "0") != "1" and FALLBACK not in (n for n, _ in chosen):
+            chosen.append((FALLBACK, {}))
+        self._providers: list[ExecutionProvider] = [PROVIDERS[n](opts, self._config) for n, opts in chosen]
+        self.opset_imports = dict(self._model.opset_imports)
+        self._compiled = self.compile_subgraph(self._model.graph)
+        self._used = [p.name for p in self._providers]
+
+        g = self._model.graph
+        inits = set(g.initializers)
+        self._inputs = [v for v in g.inputs if v.name not in inits]
+        self._overridable = [v for v in g.inputs if v.name in inits]
+        self._feedable = {v.name: v for v in g.inputs}
+        self._outputs = list(g.outputs)
+        self._profile: list | None = [] if so.enable_profiling else None
+        self._profile_lock = threading.Lock()
+        self._profile_start = time.perf_counter()
+        self._threads = int(so.intra_op_num_threads or 0)
+
+    # --- compiling --------------------------------------------------------------------------------------------
+    def compile_subgraph(self, graph: Graph) -> CompiledGraph:
+        """Partition `graph` over this session's providers and compile it (used for the main graph and bodies)."""
+        return compile_graph(graph, self._providers, self)
+
+    # --- metadata ---------------------------------------------------------------------------------------------
+    def get_inputs(self) -> list[NodeArg]:
+        return [_node_arg(v.name, v.type) for v in self._inputs]
+
+    def get_outputs(self) -> list[NodeArg]:
+        return [_node_arg(v.name, v.type) for v in self._outputs]
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return [_node_arg(v.name, v.type) for v in self._overridable]
+
+    def get_providers(self) -> list[str]:
+        return list(self._used)
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {p.name: dict(p.options) for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def get_modelmeta(self) -> ModelMetadata:
+        m = self._model
+        return ModelMetadata(producer_name=m.producer_name, graph_name=m.graph.name, domain=m.domain,
+                             description=m.doc_string, graph_description=m.graph.doc_string,
+                             version=m.model_version, custom_metadata_map=dict(m.metadata_props))
+
+    # --- running ----------------------------------------------------------------------------------------------
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+            run_options: RunOptions | None = None) -> list[Any]:
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> value, got {type(input_feed).__name__}")
+        known = [v.name for v in self._outputs]
+        if output_names is None or len(output_names) == 0:
+            wanted = known
+        else:
+            missing = [n for n in output_names if n not in known]
+            if missing:
+                raise InvalidArgument(f"Invalid output name(s) {missing}; the model's outputs are {known}")
+            wanted = list(output_names)
+        feeds = self._check_feeds(input_feed)
+        if self._threads > 0:
+            _set_num_threads(self._threads)
+        should_stop = (lambda: run_options.terminate) if run_options is not None else None
+        profile = [] if self._profile is not None else None
+        values = self._compiled.run(feeds, profile=profile, should_stop=should_stop)
+        if profile:
+            with self._profile_lock:
+                self._profile.extend(profile)
+        by_name = dict(zip(known, values))
+        return [_to_output(by_name[n]) for n in wanted]
+
+    def _check_feeds(self, input_feed: dict[str, Any]) -> dict[str, Any]:
+        feeds: dict[str, Any] = {}
+        for name, value in input_feed.items():
+            v = self._feedable.get(name)
+            if v is None:
+                raise InvalidArgument(f"Invalid input name: {name!r}; the model's inputs are "
+                                      f"{[x.name for x in self._inputs]}")
+            feeds[name] = _check_value(f"input {name!r}", value, v.type,
+                                       self._sess_options.free_dimension_overrides)
+        missing = [v.name for v in self._inputs if v.name not in feeds]
+        if missing:
+            raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)})")
+        return feeds
+
+    # --- profiling --------------------------------------------------------------------------------------------
+    def end_profiling(self) -> str:
+        """Write the profile of the runs so far as a Chrome trace (chrome://tracing) and return its path."""
+        if self._profile is None:
+            return ""
+        so = self._sess_options
+        path = f"{so.profile_file_prefix}{time.strftime('%Y-%m-%d_%H-%M-%S')}.json"
+        with self._profile_lock:
+            events = [{"cat": "Node", "name": step.name, "ph": "X", "pid": os.getpid(), "tid": 0,
+                       "ts": round((t0 - self._profile_start) * 1e6, 3), "dur": round((t1 - t0) * 1e6, 3),
+                       "args": {"op_name": step.nodes[0].op_type if step.nodes else "Copy",
+                                "provider": step.provider}}
+                      for step, t0, t1 in self._profile]
+            self._profile = []
+        with open(path, "w") as f:
+            json.dump(events, f)
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        return int(self._profile_start * 1e9)
+
+
+def _set_num_threads(n: int) -> None:
+    import numba
+    numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+
+
+def _node_arg(name: str, t: ValueType | None) -> NodeArg:
+    return NodeArg(name, type_string(t), shape_list(t))
+
+
+def _to_output(v: Any) -> Any:
+    if isinstance(v, np.generic):
+        return np.asarray(v)
+    return v
+
+
+def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str, int]) -> Any:
+    """The feed as onnxjit runs it, or InvalidArgument saying what was expected and what was given."""
+    if t is None:
+        return value
+    if isinstance(t, OptionalType):
+        return None if value is None else _check_value(what, value, t.elem, overrides)
+    if isinstance(t, SequenceType):
+        if not isinstance(value, (list, tuple)):
+            raise InvalidArgument(f"{what}: expected a list for {type_string(t)}, got {type(value).__name__}")
+        return [_check_value(f"{what}[{i}]", x, t.elem, overrides) for i, x in enumerate(value)]
+    if isinstance(t, MapType):
+        if not isinstance(value, dict):
+            raise InvalidArgument(f"{what}: expected a dict for {type_string(t)}, got {type(value).__name__}")
+        return value
+    if isinstance(t, (TensorType, SparseTensorType)):
+        if isinstance(value, np.generic):
+            value = np.asarray(value)
+        if not isinstance(value, np.ndarray):
+            raise InvalidArgument(f"{what}: expected a numpy array of {type_string(t)}"
+                                  f"{_shape_text(t.shape)}, got {type(value).__name__}")
+        try:
+            given = elem_type_of(value.dtype)
+        except Exception:  # noqa: BLE001
+            given = None
+        if given != t.elem_type:
+            raise InvalidArgument(f"{what}: Unexpected input data type. Actual: ({_dtype_text(value.dtype, given)}) "
+                                  f", expected: ({type_string(t)})")
+        if value.dtype.kind in "US":
+            value = value.astype(object)
+        if t.shape is not None:
+            if value.ndim != len(t.shape):
+                raise InvalidArgument(f"{what}: Invalid rank. Got: {value.ndim} (shape {list(value.shape)}), "
+                                      f"expected: {len(t.shape)} (shape {list(t.shape)})")
+            for axis, (want, got) in enumerate(zip(t.shape, value.shape)):
+                want = overrides.get(want, want) if isinstance(want, str) else want
+                if isinstance(want, int) and want != got:
+                    raise InvalidArgument(f"{what}: Got invalid dimensions. index: {axis} Got: {got} "
+                                          f"Expected: {want} (expected shape {list(t.shape)}, got "
+                                          f"{list(value.shape)})")
+        return value
+    return value
+
+
+def _shape_text(shape) -> str:
+    return "" if shape is None else f" with shape {list(shape)}"
+
+
+def _dtype_text(dtype: np.dtype, elem: int | None) -> str:
+    if elem is None:
+        return f"numpy {dtype}"
+    return f"{type_string(TensorType(elem))}"
