@@ -9,6 +9,7 @@ __version__ = "0.1.0"
 from onnxjit import providers as _providers  # noqa: F401  (registers the providers)
 from onnxjit.errors import (EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoaded,  # noqa: F401
                             NoModel, NoSuchFile, NotImplemented, OnnxJitError, RuntimeException)
+from onnxjit.session.iobinding import IOBinding, OrtValue  # noqa: F401
 from onnxjit.session.options import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions,  # noqa: F401
                                      SessionOptions)
 from onnxjit.session.session import (InferenceSession, ModelMetadata, NodeArg, get_all_providers,  # noqa: F401

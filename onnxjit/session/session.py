@@ -19,6 +19,7 @@ from onnxjit.ir.types import (MapType, OptionalType, SequenceType, SparseTensorT
                               elem_type_of, shape_list, type_string)
 from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionProvider
 from onnxjit.session.executor import CompiledGraph
+from onnxjit.session.iobinding import IOBinding, OrtValue
 from onnxjit.session.loader import check_model, load_model_proto
 from onnxjit.session.options import RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
@@ -191,6 +192,17 @@ class InferenceSession:
                 self._profile.extend(profile)
         by_name = dict(zip(known, values))
         return [_to_output(by_name[n]) for n in wanted]
+
+    def io_binding(self) -> IOBinding:
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: IOBinding, run_options: RunOptions | None = None) -> None:
+        iobinding._run(run_options)
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, OrtValue],
+                            run_options: RunOptions | None = None) -> list[OrtValue]:
+        feeds = {k: v.numpy() if isinstance(v, OrtValue) else v for k, v in input_dict_ort_values.items()}
+        return [OrtValue(v) for v in self.run(output_names, feeds, run_options)]
 
     def _check_feeds(self, input_feed: dict[str, Any]) -> dict[str, Any]:
         feeds: dict[str, Any] = {}
