@@ -199,3 +199,13 @@ def to_onnx(m: Model) -> onnx.ModelProto:
                               domain=m.domain, model_version=m.model_version, doc_string=m.doc_string)
     helper.set_model_props(proto, m.metadata_props)
     return proto
+
+
+def infer_model_types(m: Model) -> None:
+    """Re-run ONNX type/shape inference over the IR (after a rewrite) and store what it finds on the Values."""
+    inferred = infer_types(to_onnx(m))
+    types = {vi.name: from_type_proto(vi.type) for vi in inferred.graph.value_info}
+    for node in m.graph.nodes:
+        for v in node.outputs:
+            if v.name in types and types[v.name] is not None:
+                v.type = types[v.name]
