@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import onnx.inliner
 from onnx import AttributeProto, helper, numpy_helper
 
 from onnxjit.errors import InvalidGraph
@@ -140,7 +141,13 @@ def from_onnx(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
             proto = onnx.inliner.inline_local_functions(proto)
         except Exception as e:  # noqa: BLE001
             raise InvalidGraph(f"cannot inline the model's local functions: {e}") from e
+    declared = {d.dim_param for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
+                for d in vi.type.tensor_type.shape.dim if d.dim_param}
     proto = infer_types(proto)
+    for vi in proto.graph.output:  # inference names unknown output dims unk__N; onnxruntime reports them as None
+        for d in vi.type.tensor_type.shape.dim:
+            if d.dim_param.startswith("unk__") and d.dim_param not in declared:
+                d.ClearField("dim_param")
     graph = _graph_from_proto(proto.graph, opsets, None, base_dir)
     return Model(graph=graph, ir_version=proto.ir_version, opset_imports=opsets,
                  producer_name=proto.producer_name, producer_version=proto.producer_version,

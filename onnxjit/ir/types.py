@@ -143,6 +143,8 @@ def type_string(t: ValueType | None) -> str:
 
 def shape_list(t: ValueType | None) -> list:
     """onnxruntime's NodeArg.shape: ints, symbolic names as strings, None for unknown dims."""
+    while isinstance(t, OptionalType):
+        t = t.elem
     shape = getattr(t, "shape", None)
     return [] if shape is None else list(shape)
 

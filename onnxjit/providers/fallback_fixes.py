@@ -83,8 +83,41 @@ class Optional(OpRun):
 
     op_domain = ""
 
-    def _run(self, x=None, type=None):  # noqa: A002, ARG002
+    def run(self, x=None, **_unused):  # OpRun.run's output check would reject the None of an empty optional
         return (x,)
+
+    _run = run
+
+
+class Identity(OpRun):
+    """Identity of an empty optional is an empty optional; OpRun.run's output check rejects None."""
+
+    op_domain = ""
+
+    def run(self, x=None, **_unused):
+        return (x,)
+
+    _run = run
+
+
+class DictVectorizer(OpRun):
+    """The reference returns one 1-D float64 row for a single map; onnxruntime returns a [1, N] row of the map's
+    value type."""
+
+    op_domain = "ai.onnx.ml"
+
+    def _run(self, x, int64_vocabulary=None, string_vocabulary=None):
+        vocab = list(int64_vocabulary) if int64_vocabulary is not None else [
+            s.decode() if isinstance(s, bytes) else s for s in string_vocabulary]
+        index = {k: i for i, k in enumerate(vocab)}
+        rows = x if isinstance(x, list) else [x]
+        values = [np.asarray(v) for row in rows for v in row.values()]
+        out = np.zeros((len(rows), len(vocab)), dtype=np.result_type(*values) if values else np.float32)
+        for r, row in enumerate(rows):
+            for key, v in row.items():
+                if key in index:
+                    out[r, index[key]] = v
+        return (out,)
 
 
 class Scatter(OpRun):
@@ -110,6 +143,8 @@ FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
     ("", "LogSoftmax"): {1: LogSoftmax2D, 13: None},
     ("", "Hardmax"): {1: Hardmax2D, 13: None},
     ("", "Optional"): {15: Optional},
+    ("", "Identity"): {1: Identity},
+    ("ai.onnx.ml", "DictVectorizer"): {1: DictVectorizer},
     ("", "Scatter"): {9: Scatter},
 }
 

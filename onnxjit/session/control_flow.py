@@ -12,6 +12,7 @@ import numpy as np
 
 from onnxjit.errors import RuntimeException
 from onnxjit.ir.graph import Node
+from onnxjit.ir.types import TensorType
 from onnxjit.providers.base import GraphCompiler, Step
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
@@ -31,6 +32,13 @@ def _stack(parts: list[np.ndarray], axis: int = 0) -> np.ndarray:
         return np.zeros((0,), dtype=np.float32)
     axis = axis + parts[0].ndim + 1 if axis < 0 else axis
     return np.stack(parts, axis=axis)
+
+
+def _empty_scan(t) -> np.ndarray:
+    if isinstance(t, TensorType):
+        dims = [d if isinstance(d, int) else 0 for d in (t.shape or ())]
+        return np.zeros((0, *dims), dtype=t.dtype)
+    return np.zeros((0,), dtype=np.float32)
 
 
 def _if(node, bodies, outer_of):
@@ -58,16 +66,17 @@ def _loop(node, bodies, outer_of):
             feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(keep_going, dtype=bool)}
             feeds.update(zip(names[2:], carried))
             outs = body.run(feeds, outer)
-            if cond is not None:
-                keep_going = _scalar_bool(outs[0])
+            # the spec says a body's cond is ignored when the Loop has no cond input; onnxruntime stops on it
+            keep_going = _scalar_bool(outs[0])
             carried = list(outs[1:1 + n_carried])
             if scans is None:
                 scans = [[] for _ in outs[1 + n_carried:]]
             for acc, v in zip(scans, outs[1 + n_carried:]):
                 acc.append(v)
             i += 1
-        n_scan = len(body.output_names) - 1 - n_carried
-        return carried + [_stack(acc) for acc in (scans or [[] for _ in range(n_scan)])]
+        if scans is None:  # no iteration: empty scan outputs shaped like the body declares them
+            return carried + [_empty_scan(v.type) for v in body.graph.outputs[1 + n_carried:]]
+        return carried + [_stack(acc) for acc in scans]
     return run_loop
 
 
@@ -110,6 +119,13 @@ def _scan(node, bodies, outer_of):
                     scans = [x[:int(seq_lens[b])] for x in scans]
                 per_batch.append(_scan_once(body, n_state, [x[b] for x in ins[:n_state]], scans, [0] * m, dirs,
                                             [0] * k, [0] * k, outer))
+            # a batch entry shorter than the longest gets its scan outputs zero-padded, as onnxruntime does
+            full = ins[n_state].shape[1] if m else 0
+            for r in per_batch:
+                for i in range(n_state, n_state + k):
+                    short = full - r[i].shape[0]
+                    if short > 0:
+                        r[i] = np.concatenate([r[i], np.zeros((short, *r[i].shape[1:]), r[i].dtype)])
             return [np.stack([r[i] for r in per_batch]) for i in range(n_state + k)]
         return run_scan8
 

@@ -268,6 +268,8 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
     if isinstance(t, MapType):
         if not isinstance(value, dict):
             raise InvalidArgument(f"{what}: expected a dict for {type_string(t)}, got {type(value).__name__}")
+        if isinstance(t.value, TensorType):  # values in the map's declared type, as onnxruntime converts them
+            return {k: np.asarray(v, dtype=t.value.dtype)[()] for k, v in value.items()}
         return value
     if isinstance(t, (TensorType, SparseTensorType)):
         if isinstance(value, np.generic):

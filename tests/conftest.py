@@ -1,0 +1,95 @@
+"""Shared helpers for the session-API and control-flow tests: tiny models built with onnx.helper, run through
+onnxruntime (or onnx.reference) for the expected outputs, and a dtype-aware comparison."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper
+
+import onnxjit
+
+IR_VERSION = 8  # every onnxruntime release this project supports reads IR 8
+
+
+def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
+               outputs: Sequence[onnx.ValueInfoProto], *, opset: int = 17, initializers=(),
+               extra_opsets: dict[str, int] | None = None, functions=(), name: str = "g",
+               ir_version: int = IR_VERSION, **model_kw) -> onnx.ModelProto:
+    """A ModelProto around one graph; `extra_opsets` adds domains (say {'ai.onnx.ml': 3})."""
+    graph = helper.make_graph(list(nodes), name, list(inputs), list(outputs), initializer=list(initializers))
+    opsets = [helper.make_opsetid("", opset)]
+    opsets += [helper.make_opsetid(d, v) for d, v in (extra_opsets or {}).items()]
+    model = helper.make_model(graph, opset_imports=opsets, functions=list(functions), **model_kw)
+    model.ir_version = ir_version
+    return model
+
+
+def tensor(name: str, elem_type: int, shape) -> onnx.ValueInfoProto:
+    return helper.make_tensor_value_info(name, elem_type, shape)
+
+
+def ort_session(model: onnx.ModelProto, **kw):
+    import onnxruntime
+    kw.setdefault("providers", ["CPUExecutionProvider"])
+    return onnxruntime.InferenceSession(model.SerializeToString(), **kw)
+
+
+def ort_run(model: onnx.ModelProto, feeds: dict[str, Any], output_names=None) -> list[Any]:
+    """onnxruntime's outputs for `feeds`: the expected values every test compares with."""
+    return ort_session(model).run(output_names, feeds)
+
+
+def ref_run(model: onnx.ModelProto, feeds: dict[str, Any], output_names=None) -> list[Any]:
+    """onnx.reference's outputs, for what onnxruntime cannot run."""
+    from onnx.reference import ReferenceEvaluator
+    return ReferenceEvaluator(model).run(output_names, feeds)
+
+
+def jit_run(model: onnx.ModelProto, feeds: dict[str, Any], output_names=None, **kw) -> list[Any]:
+    return onnxjit.InferenceSession(model, **kw).run(output_names, feeds)
+
+
+_TOL = {np.dtype(np.float16): (1e-3, 1e-3), np.dtype(np.float32): (1e-5, 1e-6), np.dtype(np.float64): (1e-12, 1e-14)}
+
+
+def assert_same(got: Any, want: Any, where: str = "output") -> None:
+    """`got` (onnxjit) equals `want` (onnxruntime): same structure, dtypes and shapes; floats within a per-dtype
+    tolerance, everything else exactly."""
+    if want is None:
+        assert got is None, f"{where}: expected None, got {type(got).__name__}"
+        return
+    if isinstance(want, list):
+        assert isinstance(got, list), f"{where}: expected a list (sequence), got {type(got).__name__}"
+        assert len(got) == len(want), f"{where}: sequence length {len(got)} != {len(want)}"
+        for i, (g, w) in enumerate(zip(got, want)):
+            assert_same(g, w, f"{where}[{i}]")
+        return
+    if isinstance(want, dict):
+        assert isinstance(got, dict), f"{where}: expected a dict (map), got {type(got).__name__}"
+        assert set(got) == set(want), f"{where}: map keys {sorted(got)} != {sorted(want)}"
+        for k in want:
+            assert_same(np.asarray(got[k]), np.asarray(want[k]), f"{where}[{k!r}]")
+        return
+    want = np.asarray(want)
+    assert isinstance(got, np.ndarray), f"{where}: expected a numpy array, got {type(got).__name__}"
+    assert got.dtype == want.dtype, f"{where}: dtype {got.dtype} != {want.dtype}"
+    assert got.shape == want.shape, f"{where}: shape {got.shape} != {want.shape}"
+    if want.dtype in _TOL:
+        rtol, atol = _TOL[want.dtype]
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, err_msg=where)
+    else:
+        np.testing.assert_array_equal(got, want, err_msg=where)
+
+
+def assert_all_same(got: Sequence[Any], want: Sequence[Any]) -> None:
+    assert len(got) == len(want), f"{len(got)} outputs != {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        assert_same(g, w, f"output {i}")
+
+
+@pytest.fixture
+def rng() -> np.random.Generator:
+    return np.random.default_rng(0)
