@@ -1,2 +1,3 @@
-"""Op definitions for the CPU provider, one module per op family; importing registers them."""
-from onnxjit.ops import elementwise  # noqa: F401
+"""Op definitions for the CPU provider, one module per op family; importing registers them.
+
+Elementwise ops and activations are not here: the fuser renders them (onnxjit/fuser/exprs.py)."""

@@ -1,15 +1,81 @@
 """CPUExecutionProvider: nodes run as Numba-compiled kernels on the host.
 
-It claims a node when the op registry (`onnxjit.ops`) has a builder for the node's op and opset and the
-builder accepts the node (dtypes, attributes); control flow runs here too, as in onnxruntime.
+Elementwise ops and activations are fused into generated kernels (onnxjit/fuser), one per group, compiled when
+a plan first meets an input signature. Other ops run the kernels the op registry (onnxjit/ops) builds. Control
+flow runs here too, as in onnxruntime.
 """
 from __future__ import annotations
 
+import logging
+import sys
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+from tqdm import tqdm
+
+from onnxjit import config
 from onnxjit import ops as _ops  # noqa: F401  (registers the op builders)
-from onnxjit.ir.graph import Node
+from onnxjit.cache.store import KernelStore
+from onnxjit.fuser.codegen import KernelSpec, render
+from onnxjit.fuser.exprs import fusable
+from onnxjit.fuser.partition import Group, group_nodes
+from onnxjit.ir.graph import Graph, Node
+from onnxjit.ir.types import TensorType
 from onnxjit.ops.registry import Kernel, builder_for
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
+
+log = logging.getLogger("onnxjit")
+
+SHOW_PROGRESS_KEY = "session.onnxjit.show_progress"  # "0" silences the compile progress bar
+
+
+@dataclass
+class KernelInfo:
+    """A generated kernel as users can inspect it: which nodes it runs and its source, per specialization."""
+
+    name: str
+    provider: str
+    nodes: list[str]
+    sources: dict[str, str] = field(default_factory=dict)  # kernel name -> generated source
+
+
+def _static_signature(group: Group) -> list | None:
+    """(dtype, shape) of each group input when type inference knows them all, else None."""
+    values = {v.name: v for n in group.nodes for v in n.inputs if v is not None}
+    sig = []
+    for name in group.inputs:
+        t = values[name].type
+        if not isinstance(t, TensorType) or t.shape is None or not all(isinstance(d, int) for d in t.shape):
+            return None
+        sig.append((t.dtype, tuple(t.shape)))
+    return sig
+
+
+def _external_names(graph: Graph) -> set[str]:
+    """Names read outside the node-to-node edges: graph outputs and values captured by subgraphs."""
+    names = {v.name for v in graph.outputs}
+    for n in graph.nodes:
+        for g in n.subgraphs():
+            names.update(g.outer_names)
+    return names
+
+
+def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
+    total = int(np.prod(spec.out_shape, dtype=np.int64))
+    shape = spec.out_shape
+
+    def run(*args: Any) -> list[np.ndarray]:
+        if total == 0:
+            return [np.empty(shape, f) for f in spec.final_dtypes]
+        ins = [np.ascontiguousarray(args[i], dtype=dt).reshape(-1) for i, dt in zip(spec.loaded, spec.in_dtypes)]
+        outs = [np.empty(total, dt) for dt in spec.out_dtypes]
+        kernel(*ins, *outs, *spec.sizes)
+        return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
+                for o, f in zip(outs, spec.final_dtypes)]
+    return run
 
 
 @register_provider
@@ -19,6 +85,11 @@ class CPUExecutionProvider(ExecutionProvider):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._kernels: dict[Node, Kernel | None] = {}
+        self._loaded: dict[str, Callable] = {}  # kernel name -> compiled kernel, shared by this session's plans
+        self._lock = threading.Lock()
+        self.kernel_infos: list[KernelInfo] = []
+        self._store = KernelStore.default(
+            enabled=self.session_config.get(config.SESSION_DISABLE_KERNEL_CACHE, "0") != "1")
 
     def _kernel(self, node: Node) -> Kernel | None:
         if node not in self._kernels:
@@ -29,14 +100,54 @@ class CPUExecutionProvider(ExecutionProvider):
     def can_run(self, node: Node) -> bool:
         if node.domain == "" and node.op_type in CONTROL_FLOW_OPS:
             return True
-        return self._kernel(node) is not None
+        return fusable(node) or self._kernel(node) is not None
 
     def compile(self, nodes: list[Node], compiler: GraphCompiler) -> list[Step]:
+        external = _external_names(nodes[0].graph) if nodes and nodes[0].graph is not None else set()
         steps = []
-        for node in nodes:
-            if node.domain == "" and node.op_type in CONTROL_FLOW_OPS:
-                steps.append(control_flow_step(node, compiler, self.name))
+        static: list[tuple[Step, list]] = []
+        for item in group_nodes(nodes):
+            if isinstance(item, Group):
+                step = self._group_step(item, item.outputs(external))
+                steps.append(step)
+                sig = _static_signature(item)
+                if sig is not None:
+                    static.append((step, sig))
+            elif item.domain == "" and item.op_type in CONTROL_FLOW_OPS:
+                steps.append(control_flow_step(item, compiler, self.name))
             else:
-                steps.append(Step([node], self.name, [v.name if v is not None else "" for v in node.inputs],
-                                  [v.name for v in node.outputs], self._kernel(node)))
+                steps.append(Step([item], self.name, [v.name if v is not None else "" for v in item.inputs],
+                                  [v.name for v in item.outputs], self._kernel(item)))
+        self._precompile(static)
         return steps
+
+    def _precompile(self, static: list[tuple[Step, list]]) -> None:
+        """Compile (or load from the artifact cache) the kernels whose shapes are known now, with a progress bar
+        on a terminal when it takes a while; the rest compile when a run first meets their shapes."""
+        show = self.session_config.get(SHOW_PROGRESS_KEY, "1") != "0" and sys.stderr.isatty()
+        with tqdm(total=len(static), desc="onnxjit: compiling kernels", unit="kernel", delay=1.0, leave=False,
+                  disable=not show or not static) as bar:
+            for step, sig in static:
+                step.bind(sig)
+                bar.update(1)
+
+    def _group_step(self, group: Group, outputs: list[str]) -> Step:
+        static = group.shape is not None and all(isinstance(d, int) for d in group.shape)
+        info = KernelInfo(f"group{len(self.kernel_infos)}", self.name,
+                          [f"{n.op_type}({n.name})" if n.name else n.op_type for n in group.nodes])
+        self.kernel_infos.append(info)
+
+        def bind(sig: list) -> Kernel:
+            spec = render(group, outputs, sig, static)
+            with self._lock:
+                kernel = self._loaded.get(spec.name)
+                if kernel is None:
+                    if config.DEBUG >= 3:
+                        log.info("onnxjit kernel %s for %s:\n%s", spec.name, ", ".join(info.nodes), spec.source)
+                    kernel = self._loaded[spec.name] = self._store.load(spec.source).kernel
+                    info.sources[spec.name] = spec.source
+            return _runner(spec, kernel)
+
+        def unbound(*_args):
+            raise AssertionError("fused steps run through ExecutionPlan.bind")
+        return Step(group.nodes, self.name, group.inputs, outputs, unbound, bind=bind)

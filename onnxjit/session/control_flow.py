@@ -88,7 +88,7 @@ def _scan_once(body, n_state, states, scans, in_axes, in_dirs, out_axes, out_dir
         feeds = dict(zip(names[:n_state], states))
         for j, x in enumerate(scans):
             idx = length - 1 - t if in_dirs[j] else t
-            feeds[names[n_state + j]] = np.take(x, idx, axis=in_axes[j])
+            feeds[names[n_state + j]] = np.asarray(np.take(x, idx, axis=in_axes[j]))
         outs = body.run(feeds, outer)
         states = outs[:n_state]
         for acc, v in zip(collected, outs[n_state:]):

@@ -24,7 +24,7 @@ MAX_PLANS = 64
 def value_signature(v: Any) -> Any:
     """What a plan is specialized on: dtype and shape of tensors, the structure of other values."""
     if isinstance(v, np.ndarray):
-        return (v.dtype.str, v.shape)
+        return (v.dtype, v.shape)
     if isinstance(v, list):
         return ("seq", len(v), tuple(value_signature(x) for x in v[:4]))
     if v is None:

@@ -159,6 +159,11 @@ class InferenceSession:
     def get_provider_options(self) -> dict[str, dict[str, str]]:
         return {p.name: dict(p.options) for p in self._providers}
 
+    def kernels(self) -> list:
+        """The kernels this session generated: for each fused group, its provider, its nodes and the source of each
+        specialization compiled so far (kernels are generated when a run first meets an input signature)."""
+        return [info for p in self._providers for info in getattr(p, "kernel_infos", [])]
+
     def get_session_options(self) -> SessionOptions:
         return self._sess_options
 

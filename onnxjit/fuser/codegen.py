@@ -1,0 +1,159 @@
+"""Rendering one group of fused nodes as the Python source of one Numba kernel.
+
+The kernel is specialized for the dtypes, the rank and broadcast pattern of its inputs and, when the group's
+shape is static, for that shape. Dimensions of size 1 are dropped and neighbouring dimensions that every input
+treats alike (all full, or all broadcast) are merged, so an elementwise op over same-shaped inputs is one flat
+loop whose body LLVM vectorizes. Inputs and outputs are passed as flat contiguous arrays; each node's value is
+a local variable, so nothing between fused nodes touches memory.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from onnxjit.fuser.exprs import EXPRS, TYPE_ONLY_INPUTS, Ctx, compute_dtype
+from onnxjit.fuser.partition import Group
+from onnxjit.ir.types import TensorType
+
+PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, threads cost more than they save
+
+_NUMBA_NAMES = {"bool": "boolean"}
+
+
+def _numba_type(dtype: np.dtype) -> str:
+    return _NUMBA_NAMES.get(dtype.name, dtype.name)
+
+
+def _np_ctor(dtype: np.dtype) -> str:
+    return "np.bool_" if dtype.kind == "b" else f"np.{dtype.name}"
+
+
+@dataclass
+class KernelSpec:
+    """A rendered kernel and how to call it for one input signature."""
+
+    name: str
+    source: str
+    loaded: list[int]  # positions (in the group's inputs) of the arrays the kernel reads
+    in_dtypes: list[np.dtype]  # compute dtype each loaded input is converted to
+    out_shape: tuple
+    out_dtypes: list[np.dtype]  # compute dtypes of the outputs
+    final_dtypes: list[np.dtype]  # dtypes the outputs are returned in
+    sizes: list[int]  # runtime size arguments (empty when the shape is baked in)
+
+
+def _collapse(out_shape: tuple, in_shapes: list[tuple]) -> tuple[list[int], list[list[bool]]]:
+    """Merged loop sizes, and per input which merged dims it spans fully (False: broadcast along it)."""
+    rank = len(out_shape)
+    padded = [(1,) * (rank - len(s)) + tuple(s) for s in in_shapes]
+    dims: list[int] = []
+    full: list[list[bool]] = [[] for _ in in_shapes]
+    for d, n in enumerate(out_shape):
+        if n == 1:
+            continue
+        pattern = [p[d] == n for p in padded]
+        if dims and all(f[-1] == pat for f, pat in zip(full, pattern)):
+            dims[-1] *= n
+        else:
+            dims.append(n)
+            for f, pat in zip(full, pattern):
+                f.append(pat)
+    return dims, full
+
+
+def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]], static: bool) -> KernelSpec:
+    inputs = group.inputs
+    index_of = {name: i for i, name in enumerate(inputs)}
+    loaded_names: list[str] = []
+    for n in group.nodes:
+        skip = TYPE_ONLY_INPUTS.get(n.op_type, ())
+        for i, v in enumerate(n.inputs):
+            if v is not None and i not in skip and v.name in index_of and v.name not in loaded_names:
+                loaded_names.append(v.name)
+    loaded = [index_of[n] for n in loaded_names]
+    in_dtypes = [compute_dtype_of(in_sigs[i][0]) for i in loaded]
+    in_shapes = [tuple(in_sigs[i][1]) for i in loaded]
+    out_shape = tuple(np.broadcast_shapes(*in_shapes)) if in_shapes else ()
+    dims, full = _collapse(out_shape, in_shapes)
+    total = math.prod(out_shape)
+
+    var = {name: f"x{j}" for j, name in enumerate(loaded_names)}
+    dtype_of = {name: dt for name, dt in zip(loaded_names, in_dtypes)}
+    body: list[str] = []
+    for k, n in enumerate(group.nodes):
+        out_t: TensorType = n.outputs[0].type
+        out_dt = compute_dtype(out_t.elem_type)
+        skip = TYPE_ONLY_INPUTS.get(n.op_type, ())
+        args = ["" if v is None or i in skip else var[v.name] for i, v in enumerate(n.inputs)]
+        arg_dtypes = [None if v is None else dtype_of.get(v.name) for v in n.inputs]
+        text = EXPRS[n.op_type].render(Ctx(n, arg_dtypes, out_dt), args)
+        body.append(f"t{k} = {_np_ctor(out_dt)}({text})  # {n.op_type} {n.name}".rstrip())
+        var[n.outputs[0].name] = f"t{k}"
+        dtype_of[n.outputs[0].name] = out_dt
+    out_dtypes = [dtype_of[name] for name in outputs]
+
+    rank = len(dims)
+    size = [str(d) for d in dims] if static else [f"n{d}" for d in range(rank)]
+
+    def flat_index(spans: list[bool]) -> str:
+        terms = []
+        for d in range(rank):
+            if not spans[d]:
+                continue
+            inner = [size[e] for e in range(d + 1, rank) if spans[e]]
+            terms.append("*".join([f"i{d}"] + inner))
+        return " + ".join(terms) if terms else "0"
+
+    lines = []
+    for j in range(len(loaded)):
+        lines.append(f"x{j} = in{j}[{flat_index(full[j])}]")
+    lines += body
+    out_index = flat_index([True] * rank)
+    lines += [f"out{o}[{out_index}] = {var[name]}" for o, name in enumerate(outputs)]
+
+    parallel = total >= PARALLEL_MIN_ELEMENTS
+    loops: list[str] = []
+    for d in range(rank):
+        rng = "numba.prange" if parallel and d == 0 else "range"
+        loops.append("    " * (d + 1) + f"for i{d} in {rng}({size[d]}):")
+    indent = "    " * (rank + 1)
+    params = [f"in{j}" for j in range(len(loaded))] + [f"out{o}" for o in range(len(outputs))]
+    # inputs are typed read-only so initializers and read-only feeds match; writable arrays convert to that
+    types = [f"T.Array(T.{_numba_type(dt)}, 1, 'C', readonly=True)" for dt in in_dtypes] + [
+        f"T.Array(T.{_numba_type(dt)}, 1, 'C')" for dt in out_dtypes]
+    if not static:
+        params += [f"n{d}" for d in range(rank)]
+        types += ["T.int64"] * rank
+    nodes_doc = ", ".join(f"{n.op_type}({n.name})" if n.name else n.op_type for n in group.nodes)
+    header = [
+        f"# onnxjit fused kernel over {len(group.nodes)} node(s): {nodes_doc[:2000]}",
+        (f"# loop sizes {list(dims)} for output shape {list(out_shape)}; inputs {[list(s) for s in in_shapes]}"
+         if static else f"# {rank} loop(s), sizes given at run time"),
+        "import numpy as np",
+        "import numba",
+        "from numba import types as T",
+        "from onnxjit.kernels import vmath",
+        "from onnxjit.fuser import scalar as S",
+        "",
+        "",
+        f"@numba.njit(T.void({', '.join(types)}), cache=CACHE, parallel={parallel}, error_model=\"numpy\")",
+        f"def kernel({', '.join(params)}):",
+    ]
+    source = "\n".join(header + loops + [indent + line for line in lines]) + "\n"
+    name = "fused_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    final = [np.dtype(in_sigs_final) for in_sigs_final in _final_dtypes(group, outputs)]
+    return KernelSpec(name, source, loaded, in_dtypes, out_shape, out_dtypes, final,
+                      [] if static else list(dims))
+
+
+def compute_dtype_of(dtype) -> np.dtype:
+    dtype = np.dtype(dtype)
+    return np.dtype(np.float32) if dtype.kind == "V" or dtype.name in ("float16", "bfloat16") else dtype
+
+
+def _final_dtypes(group: Group, outputs: list[str]) -> list[np.dtype]:
+    by_name = {v.name: v.type for n in group.nodes for v in n.outputs}
+    return [by_name[name].dtype for name in outputs]

@@ -1,0 +1,280 @@
+"""The table from ONNX elementwise op to the scalar expression the fuser renders for it.
+
+Each entry renders one node as Python expression text over the names of its inputs' scalars; the generated
+kernel evaluates the expressions of a whole group inside one loop, so intermediates stay in registers. Kernels
+compute float16/bfloat16 in float32 (the group converts at its edges).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+from onnx import TensorProto
+
+from onnxjit.ir.graph import Node
+from onnxjit.ir.types import TensorType, np_dtype
+from onnxjit.ops.registry import attr
+
+# element types a kernel computes in, and what half types compute as
+_NATIVE = {TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.BOOL, TensorProto.INT8, TensorProto.INT16,
+           TensorProto.INT32, TensorProto.INT64, TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32,
+           TensorProto.UINT64}
+_VIA_FLOAT32 = {TensorProto.FLOAT16, TensorProto.BFLOAT16}
+
+
+def compute_dtype(elem_type: int) -> np.dtype | None:
+    """The dtype a kernel computes a tensor of this element type in, or None when it cannot."""
+    if elem_type in _NATIVE:
+        return np_dtype(elem_type)
+    if elem_type in _VIA_FLOAT32:
+        return np.dtype(np.float32)
+    return None
+
+
+@dataclass
+class Ctx:
+    """What a renderer may look at: the node, its inputs' and output's compute dtypes."""
+
+    node: Node
+    in_dtypes: list[np.dtype | None]
+    out_dtype: np.dtype
+
+    def lit(self, value, dtype: np.dtype | None = None) -> str:
+        """A constant typed in `dtype` (the output's by default), so float32 math never widens to float64."""
+        dtype = np.dtype(dtype or self.out_dtype)
+        if dtype.kind == "b":
+            return "True" if value else "False"
+        if dtype.kind == "f":
+            v = float(value)
+            text = "np.inf" if v == math.inf else "-np.inf" if v == -math.inf else "np.nan" if v != v else repr(v)
+        else:
+            text = repr(int(value))
+        return f"np.{dtype.name}({text})"
+
+    def attr(self, name, default=None):
+        return attr(self.node, name, default)
+
+
+@dataclass(frozen=True)
+class ScalarOp:
+    render: Callable[[Ctx, list[str]], str]
+    kinds: str  # numpy dtype kinds the inputs may have: 'f' float, 'i' signed, 'u' unsigned, 'b' bool
+    min_inputs: int = 1
+
+
+EXPRS: dict[str, ScalarOp] = {}
+FLOAT, INT, ALL_NUM = "f", "iu", "fiu"
+
+
+def expr(op_type: str, kinds: str, min_inputs: int = 1):
+    def deco(render):
+        if op_type in EXPRS:
+            raise ValueError(f"expression for {op_type} registered twice")
+        EXPRS[op_type] = ScalarOp(render, kinds, min_inputs)
+        return render
+    return deco
+
+
+def _unary(op_type: str, kinds: str, template: str):
+    expr(op_type, kinds)(lambda c, a: template.format(a=a[0]))
+
+
+def _is_float(c: Ctx) -> bool:
+    return c.out_dtype.kind == "f"
+
+
+# --- arithmetic ----------------------------------------------------------------------------------------------
+expr("Add", ALL_NUM, 2)(lambda c, a: f"{a[0]} + {a[1]}")
+expr("Sub", ALL_NUM, 2)(lambda c, a: f"{a[0]} - {a[1]}")
+expr("Mul", ALL_NUM, 2)(lambda c, a: f"{a[0]} * {a[1]}")
+
+
+@expr("Div", ALL_NUM, 2)
+def _div(c, a):
+    if _is_float(c):
+        return f"{a[0]} / {a[1]}"
+    return f"{a[0]} // {a[1]}" if c.out_dtype.kind == "u" else f"S.idiv({a[0]}, {a[1]})"
+
+
+@expr("Mod", ALL_NUM, 2)
+def _mod(c, a):
+    if c.attr("fmod", 0):
+        return f"np.fmod({a[0]}, {a[1]})" if _is_float(c) else f"S.ifmod({a[0]}, {a[1]})"
+    return f"S.pymod({a[0]}, {a[1]})" if _is_float(c) else f"{a[0]} % {a[1]}"
+
+
+@expr("Pow", ALL_NUM, 2)
+def _pow(c, a):
+    if _is_float(c):
+        return f"{a[0]} ** np.{c.out_dtype.name}({a[1]})"
+    if c.in_dtypes[1].kind == "f":
+        return f"np.float64({a[0]}) ** {a[1]}"
+    return f"S.ipow({a[0]}, {a[1]})"
+
+
+_unary("Neg", "fi", "-{a}")
+_unary("Abs", ALL_NUM, "abs({a})")
+_unary("Sign", ALL_NUM, "np.sign({a})")
+_unary("Sqrt", FLOAT, "np.sqrt({a})")
+_unary("Exp", FLOAT, "vmath.exp({a})")
+_unary("Log", FLOAT, "vmath.log({a})")
+_unary("Floor", FLOAT, "np.floor({a})")
+_unary("Ceil", FLOAT, "np.ceil({a})")
+_unary("Round", FLOAT, "np.rint({a})")
+_unary("Erf", FLOAT, "vmath.erf({a})")
+for _op, _fn in [("Sin", "sin"), ("Cos", "cos"), ("Tan", "tan"), ("Asin", "arcsin"), ("Acos", "arccos"),
+                 ("Atan", "arctan"), ("Sinh", "sinh"), ("Cosh", "cosh"), ("Asinh", "arcsinh"),
+                 ("Acosh", "arccosh"), ("Atanh", "arctanh")]:
+    _unary(_op, FLOAT, f"np.{_fn}({{a}})")
+expr("Reciprocal", FLOAT)(lambda c, a: f"{c.lit(1)} / {a[0]}")
+
+
+def _fold(fn: str):
+    def render(c, a):
+        out = a[0]
+        for x in a[1:]:
+            out = f"{fn}({out}, {x})"
+        return out
+    return render
+
+
+@expr("Max", ALL_NUM, 1)
+def _max(c, a):
+    return _fold("S.fmax" if _is_float(c) else "max")(c, a)
+
+
+@expr("Min", ALL_NUM, 1)
+def _min(c, a):
+    return _fold("S.fmin" if _is_float(c) else "min")(c, a)
+
+
+expr("Sum", ALL_NUM, 1)(lambda c, a: " + ".join(a))
+expr("Mean", FLOAT, 1)(lambda c, a: f"({' + '.join(a)}) / {c.lit(len(a))}")
+
+
+@expr("Clip", ALL_NUM, 1)
+def _clip(c, a):
+    if c.node.opset < 11:
+        lo, hi = c.lit(c.attr("min", -3.4028234663852886e38)), c.lit(c.attr("max", 3.4028234663852886e38))
+    else:
+        lo = a[1] if len(a) > 1 and a[1] else None
+        hi = a[2] if len(a) > 2 and a[2] else None
+    out = a[0]
+    if lo is not None:
+        out = f"max({out}, {lo})"
+    if hi is not None:
+        out = f"min({out}, {hi})"
+    return out
+
+
+expr("Where", "fiub", 3)(lambda c, a: f"{a[1]} if {a[0]} else {a[2]}")
+expr("Cast", "fiub")(lambda c, a: f"{a[0]} != 0" if c.out_dtype.kind == "b" and c.in_dtypes[0].kind != "b" else a[0])
+expr("CastLike", "fiub", 2)(
+    lambda c, a: f"{a[0]} != 0" if c.out_dtype.kind == "b" and c.in_dtypes[0].kind != "b" else a[0])
+
+# --- comparisons and logic -----------------------------------------------------------------------------------
+for _op, _sym in [("Equal", "=="), ("Greater", ">"), ("Less", "<"), ("GreaterOrEqual", ">="),
+                  ("LessOrEqual", "<=")]:
+    expr(_op, "fiub", 2)(lambda c, a, s=_sym: f"{a[0]} {s} {a[1]}")
+expr("And", "b", 2)(lambda c, a: f"{a[0]} & {a[1]}")
+expr("Or", "b", 2)(lambda c, a: f"{a[0]} | {a[1]}")
+expr("Xor", "b", 2)(lambda c, a: f"{a[0]} ^ {a[1]}")
+expr("Not", "b")(lambda c, a: f"not {a[0]}")
+expr("BitwiseAnd", INT, 2)(lambda c, a: f"{a[0]} & {a[1]}")
+expr("BitwiseOr", INT, 2)(lambda c, a: f"{a[0]} | {a[1]}")
+expr("BitwiseXor", INT, 2)(lambda c, a: f"{a[0]} ^ {a[1]}")
+expr("BitwiseNot", INT)(lambda c, a: f"~{a[0]}")
+expr("BitShift", "u", 2)(
+    lambda c, a: f"{a[0]} << {a[1]}" if c.attr("direction", "LEFT") == "LEFT" else f"{a[0]} >> {a[1]}")
+expr("IsNaN", FLOAT)(lambda c, a: f"{a[0]} != {a[0]}")
+
+
+@expr("IsInf", FLOAT)
+def _isinf(c, a):
+    inf = c.lit(math.inf, c.in_dtypes[0])
+    checks = ([f"{a[0]} == {inf}"] if c.attr("detect_positive", 1) else []) + (
+        [f"{a[0]} == -{inf}"] if c.attr("detect_negative", 1) else [])
+    return " or ".join(checks) if checks else "False"
+
+
+# --- activations ---------------------------------------------------------------------------------------------
+expr("Relu", "fi")(lambda c, a: f"{a[0]} if {a[0]} > {c.lit(0)} else {c.lit(0)}")
+expr("LeakyRelu", FLOAT)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {c.lit(c.attr('alpha', 0.01))}")
+expr("PRelu", "fi", 2)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {a[1]}")
+expr("Sigmoid", FLOAT)(lambda c, a: f"vmath.sigmoid({a[0]})")
+expr("Tanh", FLOAT)(lambda c, a: f"vmath.tanh({a[0]})")
+expr("Softplus", FLOAT)(lambda c, a: f"vmath.softplus({a[0]})")
+expr("Softsign", FLOAT)(lambda c, a: f"{a[0]} / ({c.lit(1)} + abs({a[0]}))")
+expr("HardSigmoid", FLOAT)(
+    lambda c, a: f"max({c.lit(0)}, min({c.lit(1)}, {c.lit(c.attr('alpha', 0.2))} * {a[0]} + "
+                 f"{c.lit(c.attr('beta', 0.5))}))")
+expr("HardSwish", FLOAT)(
+    lambda c, a: f"{a[0]} * max({c.lit(0)}, min({c.lit(1)}, {c.lit(1 / 6)} * {a[0]} + {c.lit(0.5)}))")
+expr("Elu", FLOAT)(
+    lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {c.lit(c.attr('alpha', 1.0))} * vmath.expm1({a[0]})")
+expr("Selu", FLOAT)(
+    lambda c, a: f"{c.lit(c.attr('gamma', 1.0507009873554805))} * ({a[0]} if {a[0]} > {c.lit(0)} else "
+                 f"{c.lit(c.attr('alpha', 1.6732632423543772))} * vmath.expm1({a[0]}))")
+expr("Celu", FLOAT)(
+    lambda c, a: f"max({c.lit(0)}, {a[0]}) + min({c.lit(0)}, {c.lit(c.attr('alpha', 1.0))} * "
+                 f"vmath.expm1({a[0]} / {c.lit(c.attr('alpha', 1.0))}))")
+expr("Mish", FLOAT)(lambda c, a: f"{a[0]} * vmath.tanh(vmath.softplus({a[0]}))")
+expr("ThresholdedRelu", FLOAT)(
+    lambda c, a: f"{a[0]} if {a[0]} > {c.lit(c.attr('alpha', 1.0))} else {c.lit(0)}")
+
+
+@expr("Shrink", ALL_NUM)
+def _shrink(c, a):
+    bias, lambd = c.lit(c.attr("bias", 0.0)), c.lit(c.attr("lambd", 0.5))
+    return f"({a[0]} + {bias} if {a[0]} < -{lambd} else ({a[0]} - {bias} if {a[0]} > {lambd} else {c.lit(0)}))"
+
+
+@expr("Gelu", FLOAT)
+def _gelu(c, a):
+    x = a[0]
+    if c.attr("approximate", "none") == "tanh":
+        inner = f"{c.lit(0.7978845608028654)} * ({x} + {c.lit(0.044715)} * {x} * {x} * {x})"
+        return f"{c.lit(0.5)} * {x} * ({c.lit(1)} + vmath.tanh({inner}))"
+    return f"{c.lit(0.5)} * {x} * ({c.lit(1)} + vmath.erf({x} * {c.lit(0.7071067811865476)}))"
+
+
+# --- which nodes are fusable ---------------------------------------------------------------------------------
+# ops whose inputs are not the elements being computed on (CastLike's second input only gives a type)
+TYPE_ONLY_INPUTS = {"CastLike": {1}}
+
+
+def fusable(node: Node) -> bool:
+    """Whether the node can be one stage of a generated kernel: a known op over known, supported dtypes."""
+    op = EXPRS.get(node.op_type)
+    if op is None or node.domain != "" or len(node.outputs) != 1:
+        return False
+    if node.opset < 7 and len(node.inputs) > 1:
+        return False  # before opset 7, binary ops broadcast by an axis attribute, not numpy's rules
+    out_t = node.outputs[0].type
+    if not isinstance(out_t, TensorType) or compute_dtype(out_t.elem_type) is None or out_t.shape is None:
+        return False
+    present = [v for v in node.inputs if v is not None]
+    if len(present) < op.min_inputs:
+        return False
+    for i, v in enumerate(node.inputs):
+        if v is None:
+            continue
+        t = v.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            return False
+        dt = compute_dtype(t.elem_type)
+        if dt is None:
+            return False
+        if i in TYPE_ONLY_INPUTS.get(node.op_type, ()):
+            continue
+        if node.op_type in ("Where",) and i == 0:
+            continue
+        if node.op_type == "Pow" and i == 1:
+            continue
+        if dt.kind not in op.kinds and not (dt.kind == "b" and node.op_type in ("Cast", "CastLike")):
+            return False
+    if node.op_type in ("Cast", "CastLike") and out_t.elem_type not in _NATIVE | _VIA_FLOAT32:
+        return False
+    return True

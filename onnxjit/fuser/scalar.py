@@ -1,0 +1,69 @@
+"""Scalar helpers the generated kernels call for ONNX semantics numpy/Python operators do not give directly.
+
+Plain math, inlined into the kernel's loop by Numba.
+"""
+import numpy as np
+from numba import njit
+
+
+@njit(inline="always", cache=True)
+def idiv(a, b):
+    """Integer division truncating toward zero (C, and onnxruntime), not Python's floor division."""
+    q = a // b
+    if (a % b != 0) and ((a < 0) != (b < 0)):
+        q += 1
+    return q
+
+
+@njit(inline="always", cache=True)
+def ifmod(a, b):
+    """C fmod on integers: the remainder takes the sign of the dividend."""
+    return a - b * idiv(a, b)
+
+
+@njit(inline="always", cache=True)
+def ipow(a, b):
+    """Integer power by squaring; a negative exponent gives 0 unless |a| == 1 (as integer pow in C++)."""
+    if b < 0:
+        if a == 1:
+            return a
+        if a == -1:
+            return a if (-b) % 2 else -a
+        return a * 0
+    result = a * 0 + 1
+    base = a
+    e = b
+    while e > 0:
+        if e & 1:
+            result = result * base
+        base = base * base
+        e >>= 1
+    return result
+
+
+@njit(inline="always", cache=True)
+def fmax(a, b):
+    """max that propagates NaN, as numpy.maximum and onnxruntime's Max."""
+    return a if (a > b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def fmin(a, b):
+    return a if (a < b or a != a) else b
+
+
+@njit(inline="always", cache=True)
+def round_half_even(x):
+    return np.rint(x)
+
+
+@njit(inline="always", cache=True)
+def pymod(a, b):
+    """Float modulo with the divisor's sign, as numpy.mod (its npy_divmod, signed zeros included)."""
+    m = np.fmod(a, b)
+    if m != 0:
+        if (b < 0) != (m < 0):
+            m += b
+    else:
+        m = np.copysign(m * 0, b)
+    return m

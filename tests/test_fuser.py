@@ -1,0 +1,151 @@
+"""The fuser: which nodes become one kernel, and that generated kernels agree with onnxruntime."""
+import re
+
+import numpy as np
+import onnxruntime
+import pytest
+from onnx import TensorProto, helper
+
+import onnxjit
+from onnxjit.fuser.codegen import _collapse
+
+NATIVE = onnxjit.SessionOptions()
+NATIVE.add_session_config_entry("session.disable_fallback_provider", "1")
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    g = helper.make_graph(nodes, "g", inputs, outputs, list(inits))
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=10).SerializeToString()
+
+
+def _vi(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def _both(model, feeds):
+    got = onnxjit.InferenceSession(model, NATIVE).run(None, feeds)
+    want = onnxruntime.InferenceSession(model).run(None, feeds)
+    return got, want
+
+
+def _groups(sess):
+    return [info.nodes for info in sess.kernels()]
+
+
+def test_chain_is_one_kernel_and_matches_onnxruntime():
+    ops = ["Mul", "Add", "Tanh", "Mul", "Sigmoid", "Sub", "Abs", "Sqrt"]
+    nodes, prev = [], "x"
+    for i, op in enumerate(ops):
+        ins = [prev, "k"] if op in ("Mul", "Add", "Sub") else [prev]
+        nodes.append(helper.make_node(op, ins, [f"v{i}"]))
+        prev = f"v{i}"
+    k = helper.make_tensor("k", TensorProto.FLOAT, [4], [0.5, -1.0, 2.0, 0.25])
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [3, 4])], [_vi(prev, TensorProto.FLOAT, [3, 4])], [k])
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert len(sess.kernels()) == 1 and len(_groups(sess)[0]) == 8
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    want = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7)
+    (source,) = sess.kernels()[0].sources.values()
+    assert "def kernel(" in source and "vmath.tanh" in source
+    assert len(re.findall(r"^\s+t\d+ = ", source, flags=re.M)) == 8  # one local per node, no temp arrays
+
+
+def test_two_hundred_adds_fuse_into_one_kernel():
+    nodes, prev = [], "x"
+    for i in range(200):
+        nodes.append(helper.make_node("Add", [prev, "k"], [f"t{i}"]))
+        prev = f"t{i}"
+    k = helper.make_tensor("k", TensorProto.FLOAT, [1, 16], np.ones(16))
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [1, 16])], [_vi(prev, TensorProto.FLOAT, [1, 16])], [k])
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert [len(g) for g in _groups(sess)] == [200]
+    x = np.arange(16, dtype=np.float32).reshape(1, 16)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x + 200)
+
+
+def test_value_read_outside_the_group_is_an_output_and_closes_the_group():
+    # a = Relu(x) feeds TopK (not fusable) and Add; the Add after TopK must not join a's group (cycle)
+    nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
+             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=1),
+             helper.make_node("Add", ["b", "s"], ["y"])]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.FLOAT, [2, 3])])
+    sess = onnxjit.InferenceSession(model)
+    x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, onnxruntime.InferenceSession(model).run(None, {"x": x})[0], rtol=1e-6)
+    steps = [s for s in sess._compiled.steps]
+    assert [[n.op_type for n in s.nodes] for s in steps] == [["Relu", "Neg"], ["ReduceSum"], ["Add"]]
+    assert steps[0].outputs == ["a", "b"]
+
+
+@pytest.mark.parametrize("shapes", [([2, 3, 4], [4]), ([2, 3, 4], [3, 1]), ([2, 1, 4], [1, 3, 1]), ([], [5]),
+                                    ([1, 1], [1]), ([0, 3], [3])])
+def test_broadcast_patterns(shapes):
+    a, b = shapes
+    out = list(np.broadcast_shapes(tuple(a), tuple(b)))
+    model = _model([helper.make_node("Sub", ["a", "b"], ["c"]), helper.make_node("Exp", ["c"], ["y"])],
+                   [_vi("a", TensorProto.FLOAT, a), _vi("b", TensorProto.FLOAT, b)], [_vi("y", TensorProto.FLOAT, out)])
+    rng = np.random.default_rng(2)
+    feeds = {"a": rng.standard_normal(a).astype(np.float32), "b": rng.standard_normal(b).astype(np.float32)}
+    got, want = _both(model, feeds)
+    assert got[0].shape == want[0].shape
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+def test_collapse_merges_dims_every_input_treats_alike():
+    assert _collapse((2, 3, 4), [(2, 3, 4), (2, 3, 4)]) == ([24], [[True], [True]])
+    assert _collapse((2, 3, 4), [(2, 3, 4), (4,)]) == ([6, 4], [[True, True], [False, True]])
+    assert _collapse((2, 1, 4), [(2, 1, 4), ()]) == ([8], [[True], [False]])
+
+
+def test_symbolic_batch_compiles_one_kernel_for_every_batch():
+    model = _model([helper.make_node("Mul", ["x", "x"], ["y"])], [_vi("x", TensorProto.FLOAT, ["N", 8])],
+                   [_vi("y", TensorProto.FLOAT, ["N", 8])])
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    for n in (1, 3, 7):
+        x = np.full((n, 8), 3, np.float32)
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * x)
+    assert len(sess.kernels()[0].sources) == 1  # sizes are arguments, not baked in
+
+
+INT_CASES = [("Div", np.int32), ("Mod", np.int32), ("Div", np.uint8), ("Mod", np.int64), ("Pow", np.int64),
+             ("Mul", np.int8), ("Add", np.uint16)]
+
+
+@pytest.mark.parametrize("op,dtype", INT_CASES)
+def test_integer_semantics_match_onnxruntime(op, dtype):
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node(op, ["a", "b"], ["y"])], [_vi("a", elem, [6]), _vi("b", elem, [6])],
+                   [_vi("y", elem, [6])])
+    signed = np.dtype(dtype).kind == "i"
+    a = np.array([7, -7, 7, -7, 100, 3] if signed else [7, 200, 9, 13, 100, 3], dtype=dtype)
+    b = np.array([2, 2, -2, -2, 3, 2] if signed else [2, 3, 4, 5, 3, 2], dtype=dtype)
+    if op == "Pow":
+        b = np.abs(b)
+    got, want = _both(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert got[0].dtype == want[0].dtype
+
+
+@pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.DOUBLE])
+def test_half_and_double_chains(elem):
+    model = _model([helper.make_node("Sigmoid", ["x"], ["g"]), helper.make_node("Mul", ["g", "x"], ["y"])],
+                   [_vi("x", elem, [5])], [_vi("y", elem, [5])], opset=20)
+    x = np.linspace(-3, 3, 5).astype(helper.tensor_dtype_to_np_dtype(elem))
+    got, want = _both(model, {"x": x})
+    assert got[0].dtype == want[0].dtype
+    np.testing.assert_allclose(got[0].astype(np.float64), want[0].astype(np.float64), rtol=2e-3, atol=1e-3)
+
+
+def test_comparisons_and_where_and_cast():
+    nodes = [helper.make_node("Greater", ["a", "b"], ["g"]), helper.make_node("Not", ["g"], ["n"]),
+             helper.make_node("Where", ["n", "a", "b"], ["w"]),
+             helper.make_node("Cast", ["w"], ["y"], to=TensorProto.INT32)]
+    model = _model(nodes, [_vi("a", TensorProto.FLOAT, [4]), _vi("b", TensorProto.FLOAT, [4])],
+                   [_vi("y", TensorProto.INT32, [4])])
+    a = np.array([1.5, -2.5, 3.7, 0], np.float32)
+    b = np.array([1.0, 2.0, -3.9, 0], np.float32)
+    got, want = _both(model, {"a": a, "b": b})
+    np.testing.assert_array_equal(got[0], want[0])
