@@ -478,7 +478,10 @@ def test_profiling_writes_a_chrome_trace(tmp_path, rng):
     path = sess.end_profiling()
     assert path and os.path.isfile(path)
     events = json.loads(pathlib.Path(path).read_text())
-    assert isinstance(events, list) and len(events) >= 6  # three nodes, two runs
+    # one event per step per run; a fused step lists every node it ran
+    assert isinstance(events, list) and len(events) == 2 * len(sess._compiled.steps)
+    ran = {n for e in events for n in e["args"]["nodes"]}
+    assert len(ran) == 3, ran  # three nodes
     for e in events:
         assert {"name", "ph", "ts", "dur"} <= set(e), e
         assert isinstance(e["ts"], (int, float)) and isinstance(e["dur"], (int, float)) and e["dur"] >= 0

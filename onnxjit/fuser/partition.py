@@ -51,7 +51,9 @@ def group_nodes(nodes: list[Node]) -> list[Group | Node]:
     group_of: dict[str, Group] = {}  # value name -> group that produced it
     order: list[Group | Node] = []
     for node in nodes:
-        producers = {group_of[v.name] for v in node.inputs if v is not None and v.name in group_of}
+        # a node reads its inputs and, through its subgraphs, values captured by name
+        reads = [v.name for v in node.inputs if v is not None] + [n for g in node.subgraphs() for n in g.outer_names]
+        producers = {group_of[name] for name in reads if name in group_of}
         if fusable(node):
             key = _shape_key(node)
             joinable = [g for g in producers if not g.closed and key is not None and g.shape == key]

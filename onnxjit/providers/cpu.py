@@ -40,6 +40,8 @@ class KernelInfo:
     provider: str
     nodes: list[str]
     sources: dict[str, str] = field(default_factory=dict)  # kernel name -> generated source
+    compile_seconds: float = 0.0  # spent compiling or loading these kernels from the artifact cache
+    compiled: int = 0  # how many of them had to be compiled (not served from the cache)
 
 
 def _static_signature(group: Group) -> list | None:
@@ -144,8 +146,11 @@ class CPUExecutionProvider(ExecutionProvider):
                 if kernel is None:
                     if config.DEBUG >= 3:
                         log.info("onnxjit kernel %s for %s:\n%s", spec.name, ", ".join(info.nodes), spec.source)
-                    kernel = self._loaded[spec.name] = self._store.load(spec.source).kernel
+                    loaded = self._store.load(spec.source)
+                    kernel = self._loaded[spec.name] = loaded.kernel
                     info.sources[spec.name] = spec.source
+                    info.compile_seconds += loaded.seconds
+                    info.compiled += loaded.compiled > 0
             return _runner(spec, kernel)
 
         def unbound(*_args):

@@ -234,7 +234,9 @@ class InferenceSession:
             events = [{"cat": "Node", "name": step.name, "ph": "X", "pid": os.getpid(), "tid": 0,
                        "ts": round((t0 - self._profile_start) * 1e6, 3), "dur": round((t1 - t0) * 1e6, 3),
                        "args": {"op_name": step.nodes[0].op_type if step.nodes else "Copy",
-                                "provider": step.provider}}
+                                "provider": step.provider,
+                                # a fused kernel runs several nodes in one step
+                                "nodes": [f"{n.op_type}:{n.name}" for n in step.nodes]}}
                       for step, t0, t1 in self._profile]
             self._profile = []
         with open(path, "w") as f:
