@@ -1,18 +1,23 @@
 """Convolution kernels over 3 spatial dims (1-D and 2-D convs come in with unit leading spatial dims).
 
-Layouts: x (N, C, D, H, W), w (M, C/group, KD, KH, KW), out (N, M, OD, OH, OW), all C-contiguous. Geometry is
-passed as 3-tuples: kernel k, strides s, dilations d, head pads p, output sizes o. Two strategies:
-  * `conv_gemm`: tiles of output rows, each an im2col buffer times the group's weights with BLAS (`np.dot`,
-    float32 stays float32), parallel over (image, group, tile, block of output channels).
-  * `conv_direct`: parallel over (image, output channel), accumulating shifted input rows; for grouped convs
-    with few channels per group (depthwise), where a GEMM per group would be tiny.
+Layouts: x (N, C, D, H, W), w (M, C/group, KD, KH, KW), all C-contiguous. Geometry comes as 3-tuples: kernel k,
+strides s, dilations d, head pads p; `taps` is the per-tap table along W (`tap_table`). Each kernel fills its
+share [u0, u1) of the work units into a preallocated output and releases the GIL, so the caller can spread the
+units over threads. Three strategies:
+  * `conv_gemm`: units (image, group, tile of output rows, block of output channels); per unit an im2col
+    buffer times the group's weights with BLAS (`np.dot`, float32 stays float32; BLAS should run
+    single-threaded here, the parallelism being over units).
+  * `conv_pointwise`: 1x1, stride 1, no padding: the input is the GEMM operand as it is, units (image, group,
+    block of output channels).
+  * `conv_direct`: units (image, output channel), accumulating shifted input rows; for grouped convs with few
+    channels per group (depthwise), where a GEMM per group would be tiny.
 Hot loops index with unsigned integers (`_u`): numba then skips its negative-index wraparound, which would
 otherwise keep LLVM from vectorizing them.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
 @njit(cache=True, inline="always")
@@ -20,149 +25,120 @@ def _u(i):
     return np.uint64(i)
 
 
-@njit(cache=True, inline="always")
-def _valid_range(off, stride, size, n_out):
+def valid_range(off, stride, size, n_out):
     """[j0, j1): the outputs j whose input j*stride + off falls inside [0, size)."""
-    if off >= 0:
-        j0 = 0
-    else:
-        j0 = (-off + stride - 1) // stride
+    j0 = 0 if off >= 0 else (-off + stride - 1) // stride
     rem = size - off
-    if rem > 0:
-        j1 = (rem + stride - 1) // stride
-    else:
-        j1 = 0
-    if j1 > n_out:
-        j1 = n_out
-    if j0 > j1:
-        j0 = j1
-    return j0, j1
+    j1 = min((rem + stride - 1) // stride if rem > 0 else 0, n_out)
+    return min(j0, j1), j1
 
 
-@njit(cache=True)
-def _tap_table(kw, dw, pw, sw, in_w, ow):
-    """Per kernel tap e along W: its input offset and the valid output range [j0, j1)."""
+def tap_table(kw, dw, pw, sw, in_w, ow):
+    """Per kernel tap e along W: its input offset and the outputs [j0, j1) it reaches inside the input."""
     tab = np.empty((3, kw), dtype=np.int64)
     for e in range(kw):
         off = e * dw - pw
-        j0, j1 = _valid_range(off, sw, in_w, ow)
         tab[0, e] = off
-        tab[1, e] = j0
-        tab[2, e] = j1
+        tab[1, e], tab[2, e] = valid_range(off, sw, in_w, ow)
     return tab
 
 
-@njit(cache=True, inline="always")
-def _gather_row(dst, base, src, off, sw, j0, j1, ow):
-    """dst[base + j] = src[j*sw + off] for j in [j0, j1), zero for the rest of [0, ow)."""
-    for j in range(j0):
-        dst[_u(base + j)] = 0
-    if sw == 1:
-        for j in range(j0, j1):
-            dst[_u(base + j)] = src[_u(j + off)]
-    else:
-        for j in range(j0, j1):
-            dst[_u(base + j)] = src[_u(j * sw + off)]
-    for j in range(j1, ow):
-        dst[_u(base + j)] = 0
-
-
-@njit(cache=True, parallel=True)
-def conv_gemm(x, w, bias, group, k, s, d, p, o, tile_rows, m_blocks, nthreads):
-    """Conv as im2col + GEMM over work units (image, group, tile of `tile_rows` output rows, block of output
-    channels), spread round-robin over `nthreads` threads; each thread builds a tile's im2col buffer and
-    multiplies it with BLAS (`np.dot`, which should run single-threaded here: the parallelism is over units).
-    `bias` is a length-M array or empty."""
+@njit(cache=True, nogil=True)
+def conv_gemm(x, w, bias, group, k, s, d, p, taps, tile_rows, m_blocks, out, u0, u1):
+    """Conv as im2col + GEMM, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of output
+    channels). out is (N, M, OD, OH, OW); `bias` is a length-M array or empty."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
+    od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
     cg = n_ch // group
     mg = m_out // group
     kd, kh, kw = k
     sd, sh, sw = s
     dd, dh, dw = d
-    pd, ph, pw = p
-    od, oh, ow = o
+    pd, ph = p[0], p[1]
     kvol = kd * kh * kw
     kk = cg * kvol
     nrows = od * oh
-    npix = nrows * ow
     wm = w.reshape((group, mg, kk))
-    out = np.empty((n_img, m_out, npix), dtype=x.dtype)
+    out3 = out.reshape((n_img, m_out, nrows * ow))
     ntiles = (nrows + tile_rows - 1) // tile_rows
     mb = (mg + m_blocks - 1) // m_blocks
-    units = n_img * group * ntiles * m_blocks
-    nth = max(1, min(nthreads, units))
     has_bias = bias.size > 0
-    taps = _tap_table(kw, dw, pw, sw, in_w, ow)
-    for t in prange(nth):
-        colbuf = np.empty(kk * tile_rows * ow, dtype=x.dtype)
-        resbuf = np.empty(mb * tile_rows * ow, dtype=x.dtype)
-        for u in range(t, units, nth):
-            mblk = u % m_blocks
-            rest = u // m_blocks
-            tile = rest % ntiles
-            rest //= ntiles
-            g = rest % group
-            n = rest // group
-            r0 = tile * tile_rows
-            r1 = min(nrows, r0 + tile_rows)
-            npx = (r1 - r0) * ow
-            m0 = mblk * mb
-            m1 = min(mg, m0 + mb)
-            if m0 >= m1:
-                continue
-            cols = colbuf[:kk * npx].reshape((kk, npx))
-            for r in range(kk):
-                c = r // kvol
-                rem = r - c * kvol
-                a = rem // (kh * kw)
-                rem -= a * (kh * kw)
-                b = rem // kw
-                e = rem - b * kw
-                xc = x[n, g * cg + c]
-                row = cols[r]
-                off_w, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
-                for q in range(r0, r1):
-                    i = q // oh
-                    h = q - i * oh
-                    zd = i * sd - pd + a * dd
-                    zh = h * sh - ph + b * dh
-                    base = (q - r0) * ow
-                    if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
-                        for j in range(ow):
-                            row[_u(base + j)] = 0
-                    else:
-                        _gather_row(row, base, xc[zd, zh], off_w, sw, j0, j1, ow)
-            res = resbuf[:(m1 - m0) * npx].reshape((m1 - m0, npx))
-            np.dot(wm[g, m0:m1], cols, res)
-            p0 = r0 * ow
-            for m in range(m0, m1):
-                mo = g * mg + m
-                bv = bias[mo] if has_bias else 0
-                orow = out[n, mo]
-                rrow = res[m - m0]
-                for j in range(npx):
-                    orow[_u(p0 + j)] = rrow[_u(j)] + bv
-    return out.reshape((n_img, m_out, od, oh, ow))
+    colbuf = np.empty(kk * tile_rows * ow, dtype=out.dtype)
+    resbuf = np.empty(mb * tile_rows * ow, dtype=out.dtype)
+    for u in range(u0, u1):
+        mblk = u % m_blocks
+        rest = u // m_blocks
+        tile = rest % ntiles
+        rest //= ntiles
+        g = rest % group
+        n = rest // group
+        r0 = tile * tile_rows
+        r1 = min(nrows, r0 + tile_rows)
+        npx = (r1 - r0) * ow
+        m0 = mblk * mb
+        m1 = min(mg, m0 + mb)
+        if m0 >= m1:
+            continue
+        cols = colbuf[:kk * npx].reshape((kk, npx))
+        for r in range(kk):
+            c = r // kvol
+            rem = r - c * kvol
+            a = rem // (kh * kw)
+            rem -= a * (kh * kw)
+            b = rem // kw
+            e = rem - b * kw
+            xc = x[n, g * cg + c]
+            row = cols[r]
+            off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+            for q in range(r0, r1):
+                i = q // oh
+                h = q - i * oh
+                zd = i * sd - pd + a * dd
+                zh = h * sh - ph + b * dh
+                base = (q - r0) * ow
+                if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
+                    for j in range(ow):
+                        row[_u(base + j)] = 0
+                    continue
+                src = xc[zd, zh]
+                for j in range(j0):
+                    row[_u(base + j)] = 0
+                if sw == 1:
+                    for j in range(j0, j1):
+                        row[_u(base + j)] = src[_u(j + off)]
+                else:
+                    for j in range(j0, j1):
+                        row[_u(base + j)] = src[_u(j * sw + off)]
+                for j in range(j1, ow):
+                    row[_u(base + j)] = 0
+        res = resbuf[:(m1 - m0) * npx].reshape((m1 - m0, npx))
+        np.dot(wm[g, m0:m1], cols, res)
+        p0 = r0 * ow
+        for m in range(m0, m1):
+            mo = g * mg + m
+            bv = bias[mo] if has_bias else 0
+            orow = out3[n, mo]
+            rrow = res[m - m0]
+            for j in range(npx):
+                orow[_u(p0 + j)] = rrow[_u(j)] + bv
 
 
-@njit(cache=True, parallel=True)
-def conv_direct(x, w, bias, group, k, s, d, p, o):
-    """Conv as direct accumulation, parallel over (image, output channel): per output row, the taps' shifted
-    input rows are accumulated into it."""
+@njit(cache=True, nogil=True)
+def conv_direct(x, w, bias, group, k, s, d, p, taps, out, u0, u1):
+    """Conv as direct accumulation, units [u0, u1) of (image, output channel): per output row, the taps'
+    shifted input rows are accumulated into it. out is (N, M, OD, OH, OW)."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
+    od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
     cg = n_ch // group
     mg = m_out // group
     kd, kh, kw = k
     sd, sh, sw = s
-    dd, dh, dw = d
-    pd, ph, pw = p
-    od, oh, ow = o
-    out = np.empty((n_img, m_out, od, oh, ow), dtype=x.dtype)
+    dd, dh = d[0], d[1]
+    pd, ph = p[0], p[1]
     has_bias = bias.size > 0
-    taps = _tap_table(kw, dw, pw, sw, in_w, ow)
-    for t in prange(n_img * m_out):
+    for t in range(u0, u1):
         n = t // m_out
         m = t - n * m_out
         g = m // mg
@@ -182,14 +158,40 @@ def conv_direct(x, w, bias, group, k, s, d, p, o):
                         if zh < 0 or zh >= in_h:
                             continue
                         for c in range(cg):
-                            srow = x[n, g * cg + c, zd, zh]
+                            src = x[n, g * cg + c, zd, zh]
                             for e in range(kw):
                                 wv = w[m, c, a, b, e]
-                                off_w, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+                                off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
                                 if sw == 1:
                                     for j in range(j0, j1):
-                                        orow[_u(j)] += wv * srow[_u(j + off_w)]
+                                        orow[_u(j)] += wv * src[_u(j + off)]
                                 else:
                                     for j in range(j0, j1):
-                                        orow[_u(j)] += wv * srow[_u(j * sw + off_w)]
-    return out
+                                        orow[_u(j)] += wv * src[_u(j * sw + off)]
+
+
+@njit(cache=True, nogil=True)
+def conv_pointwise(x, w, bias, group, m_block, out, u0, u1):
+    """1x1, stride-1, unpadded conv, no im2col: units [u0, u1) of (image, group, block of `m_block` output
+    channels), each a BLAS call writing its output rows in place. x (N, C, P), w (M, C/group), out (N, M, P)."""
+    n_ch = x.shape[1]
+    npix = x.shape[2]
+    m_out = w.shape[0]
+    cg = n_ch // group
+    mg = m_out // group
+    n_blk = (mg + m_block - 1) // m_block
+    has_bias = bias.size > 0
+    for u in range(u0, u1):
+        blk = u % n_blk
+        rest = u // n_blk
+        g = rest % group
+        n = rest // group
+        m0 = g * mg + blk * m_block
+        m1 = min(g * mg + mg, m0 + m_block)
+        np.dot(w[m0:m1], x[n, g * cg:(g + 1) * cg], out[n, m0:m1])
+        if has_bias:
+            for m in range(m0, m1):
+                bv = bias[m]
+                orow = out[n, m]
+                for j in range(npix):
+                    orow[_u(j)] += bv

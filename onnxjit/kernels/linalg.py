@@ -1,51 +1,78 @@
-"""Gemm and MatMul kernels: BLAS through `np.dot` (float32 stays float32)."""
+"""Gemm and MatMul kernels: BLAS through `np.dot` (float32 stays float32).
+
+Each kernel fills its share [start, end) of blocks into a preallocated output and releases the GIL, so the
+caller can spread the blocks over threads, each block a single-threaded BLAS call (see `single_threaded_blas`):
+a BLAS thread pool spinning next to other threads makes both crawl on a small machine.
+"""
 from __future__ import annotations
 
+import threading
+
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 
-@njit(cache=True)
-def gemm(a, b, c, alpha, beta, has_c):
-    """alpha * a @ b + beta * c; a (M, K) and b (K, N) may be transposed views, c is broadcast to (M, N)."""
-    y = np.dot(a, b)
+@njit(cache=True, inline="always")
+def _u(i):
+    return np.uint64(i)
+
+
+@njit(cache=True, inline="always")
+def _epilogue(y, c, c_row0, c_col0, alpha, beta, has_c):
+    """y = alpha * y + beta * c[c_row0:, c_col0:] (c already broadcast to the full output)."""
     m, n = y.shape
     if has_c:
         for i in range(m):
+            yr = y[i]
+            cr = c[c_row0 + i]
             for j in range(n):
-                y[i, j] = alpha * y[i, j] + beta * c[i, j]
+                yr[_u(j)] = alpha * yr[_u(j)] + beta * cr[c_col0 + j]
     elif alpha != 1.0:
         for i in range(m):
+            yr = y[i]
             for j in range(n):
-                y[i, j] = alpha * y[i, j]
-    return y
+                yr[_u(j)] = alpha * yr[_u(j)]
 
 
-@njit(cache=True)
-def matmul2d(a, b):
-    return np.dot(a, b)
+@njit(cache=True, nogil=True)
+def gemm_rows(a, b, c, alpha, beta, has_c, rows, out, blk0, blk1):
+    """out = alpha * a @ b + beta * c for the blocks [blk0, blk1) of `rows` rows; a (M, K) and b (K, N)
+    C-contiguous, c broadcast to (M, N)."""
+    m = a.shape[0]
+    for blk in range(blk0, blk1):
+        m0 = blk * rows
+        m1 = min(m, m0 + rows)
+        if m0 < m1:
+            y = out[m0:m1]
+            np.dot(a[m0:m1], b, y)
+            _epilogue(y, c, m0, 0, alpha, beta, has_c)
 
 
-@njit(cache=True)
-def matmul_batched(a, b):
-    """(B, M, K) @ (B, K, N) -> (B, M, N), one BLAS call per batch entry."""
-    nb, m, _ = a.shape
-    n = b.shape[2]
-    out = np.empty((nb, m, n), dtype=a.dtype)
-    for i in range(nb):
+@njit(cache=True, nogil=True)
+def gemm_cols(a, bt, c, alpha, beta, has_c, cols, out, blk0, blk1):
+    """out = alpha * a @ bt.T + beta * c for the blocks [blk0, blk1) of `cols` columns; a (M, K) and bt (N, K)
+    C-contiguous, c broadcast to (M, N). For few rows, as a batch-1 fully connected layer."""
+    m = a.shape[0]
+    n = bt.shape[0]
+    at = a.T
+    for blk in range(blk0, blk1):
+        n0 = blk * cols
+        n1 = min(n, n0 + cols)
+        if n0 < n1:
+            y = np.dot(bt[n0:n1], at).T.copy()  # (M, n1 - n0)
+            _epilogue(y, c, 0, n0, alpha, beta, has_c)
+            for i in range(m):
+                orow = out[i]
+                yr = y[i]
+                for j in range(n1 - n0):
+                    orow[_u(n0 + j)] = yr[_u(j)]
+
+
+@njit(cache=True, nogil=True)
+def matmul_batched(a, b, out, i0, i1):
+    """out[i] = a[i] @ b[i] for i in [i0, i1); a (B, M, K), b (B, K, N) C-contiguous."""
+    for i in range(i0, i1):
         np.dot(a[i], b[i], out[i])
-    return out
-
-
-@njit(cache=True, parallel=True)
-def matmul_batched_parallel(a, b):
-    """matmul_batched with the batch spread over the threads (BLAS single-threaded meanwhile)."""
-    nb, m, _ = a.shape
-    n = b.shape[2]
-    out = np.empty((nb, m, n), dtype=a.dtype)
-    for i in prange(nb):
-        np.dot(a[i], b[i], out[i])
-    return out
 
 
 # --- the BLAS that numba's np.dot calls (scipy's): its thread count ---------------------------------------------
@@ -75,7 +102,6 @@ class _SingleThreadedBlas:
     the last user leaves."""
 
     def __init__(self):
-        import threading
         self._lock = threading.Lock()
         self._users = 0
         self._saved = 1
@@ -86,11 +112,10 @@ class _SingleThreadedBlas:
         with self._lock:
             if not self._looked:
                 self._fns, self._looked = _blas_thread_functions(), True
-            if self._fns is not None:
-                if self._users == 0:
-                    self._saved = self._fns[0]()
-                    if self._saved != 1:
-                        self._fns[1](1)
+            if self._fns is not None and self._users == 0:
+                self._saved = self._fns[0]()
+                if self._saved != 1:
+                    self._fns[1](1)
             self._users += 1
         return self
 

@@ -1,11 +1,66 @@
-"""Gemm and MatMul on the CPU provider (float32/float64), BLAS through the kernels in `onnxjit.kernels.linalg`."""
+"""Gemm and MatMul on the CPU provider (float32/float64), BLAS through the kernels in `onnxjit.kernels.linalg`.
+
+A GEMM is split over numba's threads by blocks of rows, or by blocks of columns, which wants B as (N, K) rows:
+transB=1 weights are that already, and for few rows (batch-1 fully connected layers) a constant B gets its
+transposed copy made once.
+"""
 from __future__ import annotations
 
+import numba
 import numpy as np
 
 from onnxjit.kernels import linalg as k
-from onnxjit.ops.nn import call, float_type, rank_of
+from onnxjit.ops.nn import CHUNKS_PER_THREAD, float_type, rank_of, ro, run_units
 from onnxjit.ops.registry import attr, register_op
+
+
+def _constant(node, i):
+    """The constant value of input i (an initializer no feed can override), or None."""
+    v = node.inputs[i] if i < len(node.inputs) else None
+    if v is None or v.const is None:
+        return None
+    if node.graph is not None and any(g is v for g in node.graph.inputs):
+        return None
+    return v.const
+
+
+class _Transposed:
+    """A lazily made C-contiguous transpose of one constant array."""
+
+    def __init__(self, const):
+        self.const = const
+        self.t = None
+
+    def of(self, b):
+        if self.const is None or b is not self.const:
+            return np.ascontiguousarray(b.T)
+        if self.t is None:
+            self.t = np.ascontiguousarray(b.T)
+        return self.t
+
+
+def _gemm_rows(a, b, c, alpha, beta, has_c):
+    """alpha * a @ b + beta * c, a (M, K) and b (K, N) C-contiguous, split over blocks of rows."""
+    m, kk = a.shape
+    n = b.shape[1]
+    blocks = min(m, numba.get_num_threads() * CHUNKS_PER_THREAD)
+    rows = -(-m // blocks)
+    out = np.empty((m, n), dtype=a.dtype)
+    with k.single_threaded_blas:
+        run_units(k.gemm_rows, (ro(a), ro(b), c, alpha, beta, has_c, rows, out), -(-m // rows), m * n * kk)
+    return out
+
+
+def _gemm_cols(a, bt, c, alpha, beta, has_c):
+    """alpha * a @ bt.T + beta * c, a (M, K) and bt (N, K) C-contiguous, split over blocks of columns."""
+    m, kk = a.shape
+    n = bt.shape[0]
+    blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
+    cols = max(-(-n // blocks), 16)
+    out = np.empty((m, n), dtype=a.dtype)
+    with k.single_threaded_blas:
+        run_units(k.gemm_cols, (ro(a), ro(bt), c, alpha, beta, has_c, cols, out), -(-n // cols), m * n * kk)
+    return out
 
 
 def build_gemm(node):
@@ -18,24 +73,31 @@ def build_gemm(node):
     beta = float(attr(node, "beta", 1.0))
     trans_a = int(attr(node, "transA", 0)) != 0
     trans_b = int(attr(node, "transB", 0)) != 0
+    bt_cache = _Transposed(None if trans_b else _constant(node, 1))
 
     def run(a, b, c=None):
         if a.ndim != 2 or b.ndim != 2:
             raise ValueError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
-        a = a.T if trans_a else a
-        b = b.T if trans_b else b
+        a = np.ascontiguousarray(a.T if trans_a else a)
+        b = np.ascontiguousarray(b)
         m, kk = a.shape
-        n = b.shape[1]
-        if b.shape[0] != kk:
+        kb, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+        if kb != kk:
             raise ValueError(f"Gemm: A {a.shape} and B {b.shape} (after transposes) do not multiply")
         has_c = c is not None and beta != 0.0
-        cc = np.broadcast_to(c, (m, n)) if has_c else np.zeros((1, 1), dtype=a.dtype)
+        cc = np.broadcast_to(c if has_c else np.zeros(1, dtype=a.dtype), (m, n) if has_c else (1, 1))
         if m == 0 or n == 0 or kk == 0:
             y = np.zeros((m, n), dtype=a.dtype)
             if has_c:
                 y += (beta * cc).astype(a.dtype)
             return (y,)
-        return (k.gemm(a, b, cc, alpha, beta, has_c),)
+        if trans_b:  # B is (N, K) rows already
+            y = _gemm_cols(a, b, cc, alpha, beta, has_c)
+        elif m < numba.get_num_threads() and b is bt_cache.const:
+            y = _gemm_cols(a, bt_cache.of(b), cc, alpha, beta, has_c)
+        else:
+            y = _gemm_rows(a, b, cc, alpha, beta, has_c)
+        return (y,)
     return run
 
 
@@ -43,8 +105,10 @@ for _v in (1, 6, 7, 9, 11, 13):
     register_op("Gemm", since=_v)(build_gemm)
 
 
-def matmul(a, b):
-    """numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast."""
+
+def matmul(a, b, bt_cache=None):
+    """numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast. `bt_cache` may hold
+    the transposed copy of a constant B."""
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = a.reshape(1, -1)
@@ -59,18 +123,21 @@ def matmul(a, b):
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     if m == 0 or n == 0 or kk == 0 or 0 in batch:
         y = np.zeros(batch + (m, n), dtype=a.dtype)
-    elif a.ndim == 2 and b.ndim == 2:
-        y = k.matmul2d(a, b)
-    elif b.ndim == 2:  # fold the batch of A into its rows: one GEMM
-        y = k.matmul2d(np.ascontiguousarray(a).reshape(-1, kk), b).reshape(batch + (m, n))
+    elif b.ndim == 2:  # A's batch folds into its rows: one GEMM
+        a2 = np.ascontiguousarray(a).reshape(-1, kk)
+        b2 = np.ascontiguousarray(b)
+        no_c = np.broadcast_to(np.zeros(1, dtype=a.dtype), (1, 1))
+        if a2.shape[0] < numba.get_num_threads() and bt_cache is not None and b is bt_cache.const:
+            y = _gemm_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False)
+        else:
+            y = _gemm_rows(a2, b2, no_c, 1.0, 0.0, False)
+        y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
         b3 = np.ascontiguousarray(np.broadcast_to(b, batch + (kk, n))).reshape(-1, kk, n)
-        if a3.shape[0] > 1:  # parallel over the batch, BLAS single-threaded meanwhile
-            with k.single_threaded_blas:
-                y = call(k.matmul_batched_parallel, a3.size * n, a3, b3)
-        else:
-            y = k.matmul_batched(a3, b3)
+        y = np.empty((a3.shape[0], m, n), dtype=a.dtype)
+        with k.single_threaded_blas:
+            run_units(k.matmul_batched, (ro(a3), ro(b3), y), a3.shape[0], a3.shape[0] * m * n * kk)
         y = y.reshape(batch + (m, n))
     if a_vec and b_vec:
         return y.reshape(y.shape[:-2])
@@ -86,7 +153,9 @@ def build_matmul(node):
         return None
     if any(rank_of(node, i) == 0 for i in (0, 1)):
         return None
-    return lambda a, b: (matmul(a, b),)
+    const_b = _constant(node, 1)
+    bt_cache = _Transposed(const_b if const_b is not None and const_b.ndim == 2 else None)
+    return lambda a, b: (matmul(a, b, bt_cache),)
 
 
 for _v in (1, 9, 13):

@@ -5,11 +5,15 @@ Attributes become static arguments here; the output geometry (pads, output sizes
 Python, cached, and handed to the Numba kernels in `onnxjit.kernels.conv` / `.pool` / `.nn`, which work over 3
 spatial dims (1-D and 2-D inputs get unit leading spatial dims, a free reshape). Output sizes and auto_pad follow
 onnxruntime's CPU kernels, including where they differ from the ONNX reference (pooling with auto_pad SAME and
-dilations, ceil_mode together with auto_pad).
+dilations, ceil_mode together with auto_pad); Conv with auto_pad SAME and dilations, which onnxruntime refuses,
+pads for the dilated kernel as the spec says. Kernels run over threads through `run_units` (below).
 """
 from __future__ import annotations
 
+import itertools
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
@@ -25,25 +29,80 @@ FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # grouped convs with at most this many (input channels x output channels) per group run as direct loops
 DIRECT_CONV_MAX_CHANNELS = 16
-CONV_TILE_BYTES = 1 << 19  # most bytes of one im2col tile
-CONV_TILE_MIN_PIXELS = 128  # fewest output pixels of a tile, where the budget allows (GEMM efficiency)
-# a kernel call doing less work than this (element operations) runs on the calling thread alone: waking the
-# thread pool costs more than it saves
-PARALLEL_GRAIN = 1 << 16
+CONV_TILE_BYTES = 1 << 20  # most bytes of one im2col tile (half an L2)
+CONV_TILE_MIN_PIXELS = 256  # fewest output pixels of a tile, where the budget allows (GEMM efficiency)
+# a kernel call doing less work than this (element operations) runs on the calling thread alone: handing work
+# to other threads costs more than it saves
+PARALLEL_GRAIN = 1 << 17
+CHUNKS_PER_THREAD = 4  # chunks a parallel call is cut into, per thread: threads take them as they come
 
 
-def call(kernel, work, *args):
-    """kernel(*args), on the calling thread alone when `work` is below PARALLEL_GRAIN."""
-    if work >= PARALLEL_GRAIN:
-        return kernel(*args)
-    prev = numba.get_num_threads()
-    if prev == 1:
-        return kernel(*args)
-    numba.set_num_threads(1)
-    try:
-        return kernel(*args)
-    finally:
-        numba.set_num_threads(prev)
+# --- running kernels over threads ------------------------------------------------------------------------------
+# The kernels are serial `nogil` Numba functions over a range of work units; a parallel call cuts the units into
+# chunks that the calling thread and pool workers take dynamically. Compared with numba's prange this compiles
+# several times faster (no parfor lowering), a stalled thread (a busy machine) only delays the chunk it holds,
+# and no OpenMP team spins next to the BLAS.
+_executor = None
+_executor_size = 0
+_executor_lock = threading.Lock()
+
+
+def _workers(n):
+    global _executor, _executor_size
+    with _executor_lock:
+        if _executor is None or _executor_size < n:
+            _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="onnxjit-cpu")
+            _executor_size = n
+        return _executor
+
+
+def run_units(kernel, args, n_units, work):
+    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `work` (element
+    operations) is small or one thread is allowed (numba's thread count, which intra_op_num_threads sets), else
+    in chunks taken by the calling thread and pool workers."""
+    threads = numba.get_num_threads()
+    if threads <= 1 or n_units <= 1 or work < PARALLEL_GRAIN:
+        kernel(*args, 0, n_units)
+        return
+    n_chunks = min(n_units, threads * CHUNKS_PER_THREAD)
+    bounds = [n_units * i // n_chunks for i in range(n_chunks + 1)]
+    counter = itertools.count()
+    done = [0]
+    errors = []
+    cond = threading.Condition()
+
+    def take_chunks():
+        while True:
+            i = next(counter)  # atomic under the GIL
+            if i >= n_chunks:
+                return
+            try:
+                kernel(*args, bounds[i], bounds[i + 1])
+            except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
+                errors.append(e)
+            with cond:
+                done[0] += 1
+                if done[0] == n_chunks:
+                    cond.notify_all()
+
+    pool = _workers(threads - 1)
+    for _ in range(min(threads - 1, n_chunks - 1)):
+        pool.submit(take_chunks)
+    take_chunks()
+    with cond:  # only chunks other threads hold are left
+        cond.wait_for(lambda: done[0] == n_chunks)
+    if errors:
+        raise errors[0]
+
+
+def ro(a):
+    """A read-only view of `a` (C-contiguous): kernels then see one array type whether an input is an
+    initializer (read-only) or a computed value, and compile once per dtype."""
+    a = np.ascontiguousarray(a)
+    if a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
@@ -197,36 +256,61 @@ def build_conv(node):
         out, head = conv_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad)
         n_img, m_out, cg = xs[0], ws[0], ws[1]
         mg = m_out // group
-        o3 = _pad3(out, 1)
+        k3, s3, d3, p3, o3 = (_pad3(kernel, 1), _pad3(strides, 1), _pad3(dilations, 1), _pad3(head, 0),
+                              _pad3(out, 1))
         kk = cg * math.prod(kernel)
         work = n_img * m_out * math.prod(out) * kk
         direct = group > 1 and cg * mg <= DIRECT_CONV_MAX_CHANNELS
-        tile_rows = m_blocks = 1
-        if not direct:
+        pointwise = not direct and kk == cg and all(v == 1 for v in strides) and not any(head) and \
+            tuple(out) == tuple(xs[2:])
+        taps = kconv.tap_table(k3[2], d3[2], p3[2], s3[2], xs[-1], o3[2])
+        nth = numba.get_num_threads()
+        if direct:
+            tile_rows = m_blocks = 1
+            units = n_img * m_out
+        elif pointwise:  # blocks of output channels (m_blocks: channels per block), about two per thread
+            tile_rows = 1
+            blocks = -(-2 * nth // (n_img * group)) if work >= PARALLEL_GRAIN and nth > 1 else 1
+            m_blocks = max(-(-mg // blocks), min(mg, 16))
+            units = n_img * group * -(-mg // m_blocks)
+        else:
             ow, nrows = o3[2], o3[0] * o3[1]
-            nth = numba.get_num_threads()
-            # tiles of whole output rows: an im2col buffer of at most CONV_TILE_BYTES, and a few units per thread
-            budget = max(ow, CONV_TILE_BYTES // (kk * itemsize))
-            share = -(-nrows * ow * n_img * group // (4 * nth))
-            tile_rows = max(1, min(nrows, min(budget, max(share, CONV_TILE_MIN_PIXELS)) // ow))
+            if kk * nrows * ow * itemsize <= CONV_TILE_BYTES:  # one tile per image: one GEMM packs W once
+                tile_rows = nrows
+            else:  # tiles of whole output rows within the budget, a few per thread, wide enough for the GEMM
+                budget = CONV_TILE_BYTES // (kk * itemsize)
+                share = -(-nrows * ow * n_img * group // (CHUNKS_PER_THREAD * nth))
+                tile_rows = max(1, min(nrows, min(budget, max(share, CONV_TILE_MIN_PIXELS)) // ow))
             units = n_img * group * -(-nrows // tile_rows)
-            if units < nth:  # few, large tiles (small late-stage maps): split the output channels too
-                m_blocks = max(1, min(nth, mg // 16))
-        p = cache[key] = ((n_img, m_out) + tuple(out), _pad3(kernel, 1), _pad3(strides, 1), _pad3(dilations, 1),
-                          _pad3(head, 0), o3, direct, tile_rows, m_blocks, work)
+            m_blocks = 1
+            if units < nth and work >= PARALLEL_GRAIN:  # few tiles: split the output channels over threads too
+                m_blocks = max(1, min(nth, mg // 32))
+            units *= m_blocks
+        mode = "direct" if direct else "pointwise" if pointwise else "gemm"
+        p = cache[key] = ((n_img, m_out) + tuple(out), (n_img, m_out) + o3, k3, s3, d3, p3, taps, mode,
+                          tile_rows, m_blocks, units, work)
         return p
 
     def run(x, w, b=None):
-        shape, k, s, d, p, o, direct, tile_rows, m_blocks, work = plan(x.shape, w.shape, x.dtype.itemsize)
-        x5 = _as5d(np.ascontiguousarray(x), r)
-        w5 = _as5d(np.ascontiguousarray(w), r)
-        bias = np.ascontiguousarray(b).reshape(-1) if b is not None else np.empty(0, dtype=x.dtype)
-        if direct:
-            y = call(kconv.conv_direct, work, x5, w5, bias, group, k, s, d, p, o)
+        shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = \
+            plan(x.shape, w.shape, x.dtype.itemsize)
+        bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
+        if mode == "pointwise":
+            y = np.empty((shape[0], shape[1], math.prod(shape[2:])), dtype=x.dtype)
+            with single_threaded_blas:
+                run_units(kconv.conv_pointwise, (ro(x.reshape(y.shape[0], x.shape[1], y.shape[2])),
+                                                 ro(w.reshape(w.shape[0], w.shape[1])), bias, group, m_blocks, y),
+                          units, work)
+            return (y.reshape(shape),)
+        x5 = ro(_as5d(np.ascontiguousarray(x), r))
+        w5 = ro(_as5d(np.ascontiguousarray(w), r))
+        y = np.empty(shape5, dtype=x.dtype)
+        if mode == "direct":
+            run_units(kconv.conv_direct, (x5, w5, bias, group, k, s, d, p, taps, y), units, work)
         else:
             with single_threaded_blas:
-                y = call(kconv.conv_gemm, work, x5, w5, bias, group, k, s, d, p, o, tile_rows, m_blocks,
-                         numba.get_num_threads() if work >= PARALLEL_GRAIN else 1)
+                run_units(kconv.conv_gemm, (x5, w5, bias, group, k, s, d, p, taps, tile_rows, m_blocks, y),
+                          units, work)
         return (y.reshape(shape),)
 
     return run
@@ -259,30 +343,37 @@ def _pool_builder(kind):
             return None
         cache = {}
 
-        def plan(xs):
-            p = cache.get(xs)
+        def plan(xs, dtype):
+            key = (xs, dtype)
+            p = cache.get(key)
             if p is None:
                 if len(xs) != r + 2:
                     raise ValueError(f"pooling: input of shape {xs} does not have rank {r + 2}")
                 out, head, tail = pool_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
-                p = cache[xs] = (xs[:2] + tuple(out), (xs[0] * xs[1],) + _pad3(xs[2:], 1), _pad3(kernel, 1),
-                                 _pad3(strides, 1), _pad3(dilations, 1), _pad3(head, 0), _pad3(tail, 0),
-                                 _pad3(out, 1))
+                i3, k3, s3, d3, p3, q3, o3 = (_pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
+                                                                      (dilations, 1), (head, 0), (tail, 0), (out, 1)))
+                td, th = (kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i], q3[i]) for i in (0, 1))
+                tc = kpool.col_table(o3[2], s3[2], p3[2], d3[2], k3[2], i3[2])
+                tw = kpool.dim_table(o3[2], s3[2], p3[2], d3[2], k3[2], i3[2], q3[2])
+                counts = tw[3] if cip else tw[2] - tw[1]
+                colw = np.where(tw[2] > tw[1], 1.0 / np.maximum(counts, 1), 0.0).astype(dtype)
+                planes = xs[0] * xs[1]
+                p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, d3, s3[2], td, th, tc, colw,
+                                  planes * math.prod(o3) * math.prod(k3))
             return p
 
         if kind == "max":
             def run(x):
-                shape, xs, k, s, d, p, _, o = plan(x.shape)
-                lowest = np.finfo(x.dtype).min
-                work = xs[0] * math.prod(o) * math.prod(k)
-                y = call(kpool.max_pool, work, np.ascontiguousarray(x).reshape(xs), k, s, d, p, o,
-                         x.dtype.type(lowest))
+                shape, xs, ys, d, sw, td, th, tc, _, work = plan(x.shape, x.dtype)
+                y = np.empty(ys, dtype=x.dtype)
+                init = x.dtype.type(np.finfo(x.dtype).min)
+                run_units(kpool.max_pool, (ro(x.reshape(xs)), d, sw, td, th, tc, init, y), ys[0], work)
                 return (y.reshape(shape),)
         else:
             def run(x):
-                shape, xs, k, s, d, p, q, o = plan(x.shape)
-                work = xs[0] * math.prod(o) * math.prod(k)
-                y = call(kpool.avg_pool, work, np.ascontiguousarray(x).reshape(xs), k, s, d, p, q, o, cip)
+                shape, xs, ys, d, sw, td, th, tc, colw, work = plan(x.shape, x.dtype)
+                y = np.empty(ys, dtype=x.dtype)
+                run_units(kpool.avg_pool, (ro(x.reshape(xs)), d, sw, td, th, tc, colw, cip, y), ys[0], work)
                 return (y.reshape(shape),)
         return run
     return build
@@ -311,7 +402,8 @@ def _global_pool_builder(kernel):
             size = x.size // rows if rows else 0
             if size == 0:
                 raise ValueError(f"global pooling over an empty input of shape {x.shape}")
-            y = call(kernel, x.size, np.ascontiguousarray(x).reshape(rows, size))
+            y = np.empty(rows, dtype=x.dtype)
+            run_units(kernel, (ro(np.ascontiguousarray(x).reshape(rows, size)), y), rows, x.size)
             return (y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)),)
         return run
     return build
@@ -332,14 +424,27 @@ def build_batchnorm(node):
     eps = float(attr(node, "epsilon", 1e-5))
     spatial = int(attr(node, "spatial", 1)) if node.opset < 9 else 1
 
+    folded = [None, None]  # (the parameter arrays, (a, b)) of the last call: constants fold once
+
+    def fold(params, dtype, c, per):
+        last = folded[0]
+        if last is not None and all(p is q for p, q in zip(params, last[0])) and last[1][0].dtype == dtype \
+                and not any(np.asarray(p).flags.writeable for p in params):  # read-only: initializers
+            return last[1]
+        scale, bias, mean, var = (np.asarray(p, dtype=np.float64).reshape(c, per) for p in params)
+        a = scale / np.sqrt(var + eps)
+        ab = (ro(a.astype(dtype)), ro((bias - mean * a).astype(dtype)))
+        folded[0] = (params, ab)
+        return ab
+
     def run(x, scale, bias, mean, var):
         if x.ndim < 2:
             raise ValueError(f"BatchNormalization needs an input of rank >= 2, got shape {x.shape}")
         n, c = x.shape[:2]
         size = x.size // (n * c) if n * c else 0
-        per = 1 if spatial else size
-        params = [np.ascontiguousarray(a).reshape(c, per) for a in (scale, bias, mean, var)]
-        y = call(knn.batchnorm, x.size, np.ascontiguousarray(x).reshape(n, c, size), *params, eps)
+        a, b = fold((scale, bias, mean, var), x.dtype, c, 1 if spatial else size)
+        y = np.empty((n, c, size), dtype=x.dtype)
+        run_units(knn.batchnorm, (ro(x.reshape(n, c, size)), a, b, y), n * c, x.size)
         return (y.reshape(x.shape),)
     return run
 
@@ -371,11 +476,13 @@ def _softmax_builder(per_axis):
                 n, inner = x.shape[a], math.prod(x.shape[a + 1:])
             else:
                 n, inner = math.prod(x.shape[a:]), 1
+            y = np.empty(x.shape, dtype=x.dtype)
             if inner == 1:
-                y = call(knn.softmax_rows, 8 * x.size, xc.reshape(outer, n))
+                run_units(knn.softmax_rows, (ro(xc.reshape(outer, n)), y.reshape(outer, n)), outer, 8 * x.size)
             else:
-                y = call(knn.softmax_axis, 8 * x.size, xc.reshape(outer, n, inner))
-            return (y.reshape(x.shape),)
+                run_units(knn.softmax_axis, (ro(xc.reshape(outer, n, inner)), y.reshape(outer, n, inner)), outer,
+                          8 * x.size)
+            return (y,)
         return run
     return build
 
@@ -399,14 +506,15 @@ def build_dropout(node):
     n_out = wanted_outputs(node)
     if n_out == 2:
         mt = node.outputs[1].type
-        elem = getattr(mt, "elem_type", None)
-        if elem is not None:
+        if getattr(mt, "elem_type", None) is not None:
             mask_dtype = mt.dtype
         else:
             mask_dtype = np.dtype(bool) if node.opset >= 10 else node.inputs[0].type.dtype
+        # what onnxruntime gives: an all-true mask from Dropout-12 on, all-false (zero) before
+        keep = node.opset >= 12
 
         def run(x, *_):
-            return (x, np.ones(x.shape, dtype=mask_dtype))
+            return (x, np.full(x.shape, keep, dtype=mask_dtype))
         return run
     return lambda x, *_: (x,)
 

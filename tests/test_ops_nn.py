@@ -1,0 +1,448 @@
+"""CPU kernels of the NN ops (Conv, pooling, Gemm, MatMul, BatchNormalization, Softmax, Concat, Flatten,
+Reshape, Dropout) against onnxruntime, one-node models over attribute combinations and opset versions.
+
+Every model runs with the fallback provider disabled and each step is checked to be on CPUExecutionProvider,
+so a pass proves the Numba kernel ran. Where onnxruntime has no kernel for a case (float64 AveragePool, ...),
+onnx's reference evaluator is the oracle.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx.reference
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+import onnxjit.ops.linalg  # noqa: F401  (registers the ops, as onnxjit.ops will)
+import onnxjit.ops.nn  # noqa: F401
+import onnxjit.ops.shape  # noqa: F401
+
+F32, F64 = np.float32, np.float64
+CPU = "CPUExecutionProvider"
+ort.set_default_logger_severity(3)
+
+
+def _rand(shape, dtype=F32, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+def make_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
+    """One-node model. `inputs`: (name, array, is_initializer) in node order; a None array is an absent input."""
+    names, vis, inits = [], [], []
+    for name, arr, is_init in inputs:
+        if arr is None:
+            names.append("")
+            continue
+        names.append(name)
+        if is_init:
+            inits.append(numpy_helper.from_array(arr, name))
+        else:
+            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+    out_names = [f"y{i}" for i in range(n_out)]
+    first = next(a for _, a, _ in inputs if a is not None)
+    types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * n_out
+    outs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(out_names, types)]
+    node = helper.make_node(op, names, out_names, **attrs)
+    graph = helper.make_graph([node], "g", vis, outs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10 if opset > 20 else 8)
+
+
+def feeds_of(inputs):
+    return {name: arr for name, arr, is_init in inputs if arr is not None and not is_init}
+
+
+def cpu_session(model):
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
+    assert sess._compiled.steps and all(s.provider == CPU for s in sess._compiled.steps)
+    return sess
+
+
+def expected(model, feeds, oracle="ort"):
+    if oracle == "reference":
+        return onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    try:
+        sess = ort.InferenceSession(model.SerializeToString(), providers=[CPU])
+    except Exception as e:  # noqa: BLE001 - onnxruntime lacks this kernel: the ONNX reference decides
+        if "NOT_IMPLEMENTED" not in str(e) and "Could not find an implementation" not in str(e):
+            raise
+        return onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    return sess.run(None, feeds)
+
+
+def check(op, inputs, opset, n_out=1, out_types=None, oracle="ort", want=None, **attrs):
+    """Run the one-node model on onnxjit's CPU provider and compare with `want`, or else the oracle's outputs."""
+    model = make_model(op, inputs, opset, n_out, out_types, **attrs)
+    feeds = feeds_of(inputs)
+    got = cpu_session(model).run(None, feeds)
+    if want is None:
+        want = expected(model, feeds, oracle)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, w.shape, g.dtype, w.dtype)
+        if g.dtype in (F32, F64):  # absolute slack relative to the output's scale (sums cancel)
+            tol = 1e-10 if g.dtype == F64 else 1e-5
+            scale = max(1.0, float(np.abs(w).max())) if w.size else 1.0
+            np.testing.assert_allclose(g, w, rtol=tol, atol=tol * scale)
+        else:
+            np.testing.assert_array_equal(g, w)
+    return got
+
+
+def providers_of(model):
+    """The providers the steps run on, fallback allowed."""
+    sess = onnxjit.InferenceSession(model.SerializeToString(), providers=[CPU])
+    return [s.provider for s in sess._compiled.steps]
+
+
+# --- Conv ------------------------------------------------------------------------------------------------------
+CONV_CASES = [
+    # x shape, w shape, attrs, bias
+    ((1, 3, 7, 7), (4, 3, 3, 3), dict(pads=[1, 1, 1, 1]), True),
+    ((2, 3, 7, 8), (4, 3, 3, 3), dict(strides=[2, 2], pads=[0, 1, 1, 0]), False),
+    ((1, 2, 9, 9), (3, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 1, 0, 2]), True),
+    ((1, 2, 7, 8), (3, 2, 3, 2), dict(auto_pad="SAME_UPPER", strides=[2, 2]), True),
+    ((1, 2, 7, 8), (3, 2, 3, 2), dict(auto_pad="SAME_LOWER", strides=[2, 3]), False),
+    ((1, 2, 7, 8), (3, 2, 3, 3), dict(auto_pad="VALID", strides=[2, 1], dilations=[1, 2]), True),
+    ((1, 3, 6, 6), (4, 3, 3, 3), dict(kernel_shape=[3, 3], strides=[1, 2]), False),
+    ((1, 8, 6, 6), (12, 4, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),  # grouped, im2col + GEMM
+    ((1, 4, 6, 6), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1], strides=[2, 2]), True),  # depthwise, direct
+    ((2, 4, 5, 6), (6, 2, 2, 3), dict(group=2, dilations=[2, 1], pads=[1, 0, 0, 1]), False),  # direct
+    ((1, 4, 5, 5), (6, 4, 1, 1), dict(), True),  # 1x1
+    ((1, 4, 5, 5), (6, 4, 1, 1), dict(strides=[2, 2]), False),  # 1x1 strided
+    ((1, 3, 9), (4, 3, 3), dict(pads=[1, 2], strides=[2]), True),  # 1-D
+    ((2, 2, 8), (4, 1, 3), dict(group=2, dilations=[3], pads=[2, 1]), True),  # 1-D grouped
+    ((1, 2, 4, 5, 6), (3, 2, 2, 3, 2), dict(pads=[1, 0, 1, 0, 1, 1], strides=[1, 2, 2]), True),  # 3-D
+    ((1, 2, 4, 5, 6), (4, 1, 2, 2, 2), dict(group=2, auto_pad="SAME_LOWER"), False),  # 3-D grouped
+    ((1, 8, 16, 16), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # enough work for the thread pool
+    ((1, 32, 4, 4), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # one tile: output channels split
+    ((2, 16, 12, 12), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # parallel depthwise
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias,opset",
+                         [c + (11,) for c in CONV_CASES] + [c + (1,) for c in CONV_CASES[:8]])
+def test_conv_f32(xs, ws, attrs, bias, opset):
+    b = _rand(ws[0], seed=2) if bias else None
+    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], opset, **attrs)
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES[::3])
+def test_conv_f64(xs, ws, attrs, bias):
+    b = _rand(ws[0], F64, seed=2) if bias else None
+    check("Conv", [("x", _rand(xs, F64), False), ("w", _rand(ws, F64, 1), True), ("b", b, True)], 11, **attrs)
+
+
+@pytest.mark.parametrize("auto_pad", ["SAME_UPPER", "SAME_LOWER"])
+def test_conv_same_with_dilations(auto_pad):
+    # onnxruntime refuses auto_pad SAME with dilations; the ONNX reference pads for the dilated kernel
+    check("Conv", [("x", _rand((1, 2, 7, 8)), False), ("w", _rand((3, 2, 3, 2), seed=1), True)], 11,
+          oracle="reference", auto_pad=auto_pad, dilations=[2, 3], strides=[2, 1])
+
+
+def test_conv_weights_fed():
+    check("Conv", [("x", _rand((1, 3, 6, 6)), False), ("w", _rand((4, 3, 3, 3), seed=1), False),
+                   ("b", _rand(4, seed=2), False)], 11, pads=[1, 1, 1, 1])
+
+
+# --- pooling ---------------------------------------------------------------------------------------------------
+POOL_CASES = [
+    # x shape, attrs, lowest opset
+    ((1, 3, 9, 9), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 1),
+    ((2, 2, 7, 8), dict(kernel_shape=[2, 3], pads=[0, 1, 1, 2]), 1),
+    ((1, 2, 7, 8), dict(kernel_shape=[3, 2], strides=[2, 2], auto_pad="SAME_UPPER"), 1),
+    ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 3], auto_pad="SAME_LOWER"), 1),
+    ((1, 2, 7, 8), dict(kernel_shape=[3, 3], strides=[2, 2], auto_pad="VALID"), 1),
+    ((1, 2, 8, 8), dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), 10),
+    ((1, 2, 5, 7), dict(kernel_shape=[3, 3], strides=[3, 3], pads=[0, 0, 2, 2], ceil_mode=1), 10),  # drops a window
+    ((1, 2, 9, 9), dict(kernel_shape=[2, 3], dilations=[2, 2], pads=[1, 1, 1, 0]), 10),
+    ((1, 2, 9, 9), dict(kernel_shape=[2, 2], dilations=[2, 1], strides=[2, 2], ceil_mode=1), 10),
+    ((1, 3, 11), dict(kernel_shape=[3], strides=[2], pads=[1, 2]), 1),  # 1-D
+    ((1, 3, 11), dict(kernel_shape=[2], strides=[2], auto_pad="SAME_LOWER"), 1),
+    ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 1, 0, 0, 1, 1]), 1),  # 3-D
+    ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1), 10),
+    ((1, 16, 24, 24), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 1),  # thread pool
+]
+
+
+# every case at the newest opset, a few at each older one (the semantics do not change, the attributes allowed do)
+OLD_POOL_CASES = [POOL_CASES[i] for i in (0, 2, 5, 7, 9, 11)]
+
+
+@pytest.mark.parametrize("xs,attrs,since,opset", [c + (12,) for c in POOL_CASES] +
+                         [c + (v,) for v in (1, 8, 10, 11) for c in OLD_POOL_CASES if c[2] <= v])
+def test_maxpool(xs, attrs, since, opset):
+    check("MaxPool", [("x", _rand(xs), False)], opset, **attrs)
+
+
+@pytest.mark.parametrize("xs,attrs,since", POOL_CASES[::2])
+def test_maxpool_f64(xs, attrs, since):
+    check("MaxPool", [("x", _rand(xs, F64), False)], 12, **attrs)
+
+
+@pytest.mark.parametrize("attrs", [dict(storage_order=1), dict()])
+def test_maxpool_indices_or_column_major_left_to_fallback(attrs):
+    n_out = 1 if attrs else 2
+    model = make_model("MaxPool", [("x", _rand((1, 2, 5, 5)), False)], 12, n_out=n_out,
+                       out_types=[TensorProto.FLOAT, TensorProto.INT64][:n_out], kernel_shape=[2, 2], **attrs)
+    assert CPU not in providers_of(model)
+
+
+@pytest.mark.parametrize("xs,attrs,since,opset", [c + (19,) for c in POOL_CASES] +
+                         [c + (v,) for v in (7, 10, 11) for c in OLD_POOL_CASES
+                          if c[2] <= v and "dilations" not in c[1]])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_averagepool(xs, attrs, since, count_include_pad, opset):
+    check("AveragePool", [("x", _rand(xs), False)], opset, count_include_pad=count_include_pad, **attrs)
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1]),
+    dict(kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 1], ceil_mode=1),
+    dict(kernel_shape=[2, 2], dilations=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1], ceil_mode=1),
+])
+@pytest.mark.parametrize("count_include_pad", [0, 1])
+def test_averagepool_dilations(attrs, count_include_pad):
+    check("AveragePool", [("x", _rand((1, 2, 9, 9)), False)], 19, count_include_pad=count_include_pad, **attrs)
+
+
+@pytest.mark.parametrize("attrs", [dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+                                   dict(kernel_shape=[2, 3], strides=[2, 2], auto_pad="SAME_UPPER")])
+def test_averagepool_opset1(attrs):
+    # AveragePool-1 excludes pads (its spec); onnxruntime has no AveragePool-1, so opset 7 is the oracle
+    x = _rand((1, 2, 7, 7))
+    want = expected(make_model("AveragePool", [("x", x, False)], 7, **attrs), {"x": x})
+    check("AveragePool", [("x", x, False)], 1, want=want, **attrs)
+
+
+@pytest.mark.parametrize("xs,attrs", [
+    ((1, 2, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1], count_include_pad=1)),
+    ((1, 2, 7, 7), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 0, 1, 0])),
+    ((1, 2, 9), dict(kernel_shape=[3], strides=[2])),
+])
+def test_averagepool_f64(xs, attrs):
+    check("AveragePool", [("x", _rand(xs, F64), False)], 11, **attrs)
+
+
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+@pytest.mark.parametrize("xs", [(2, 3, 7), (1, 3, 4, 5), (2, 2, 3, 4, 5), (1, 64, 32, 32)])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_global_pool(op, xs, dtype):
+    x = _rand(xs, dtype)
+    axes = tuple(range(2, len(xs)))
+    want = None
+    if dtype == F64:  # no float64 kernels in onnxruntime
+        want = [x.mean(axis=axes, keepdims=True) if op == "GlobalAveragePool" else x.max(axis=axes, keepdims=True)]
+    check(op, [("x", x, False)], 13, want=want)
+
+
+# --- Gemm / MatMul ---------------------------------------------------------------------------------------------
+GEMM_CASES = [(ta, tb, c, 13) for ta in (0, 1) for tb in (0, 1) for c in (None, (), (5,), (1, 5), (3, 1), (3, 5))]
+GEMM_CASES += [(ta, ta, c, v) for v in (7, 9, 11) for ta in (0, 1) for c in ((5,), (3, 1))] + [(0, 1, None, 11)]
+
+
+@pytest.mark.parametrize("ta,tb,cshape,opset", GEMM_CASES)
+def test_gemm(ta, tb, cshape, opset):
+    a = _rand((4, 3) if ta else (3, 4))
+    b = _rand((5, 4) if tb else (4, 5), seed=1)
+    c = None if cshape is None else _rand(cshape, seed=2)
+    check("Gemm", [("a", a, False), ("b", b, True), ("c", c, True)], opset, alpha=0.5, beta=2.0,
+          transA=ta, transB=tb)
+
+
+@pytest.mark.parametrize("opset,attrs,cshape", [
+    (1, dict(broadcast=1), (5,)), (1, dict(), (3, 5)), (6, dict(broadcast=1), (1, 5)), (6, dict(), (3, 5)),
+    (6, dict(broadcast=1, transA=1, transB=1), ()),
+])
+def test_gemm_old_broadcast(opset, attrs, cshape):
+    a = _rand((4, 3) if attrs.get("transA") else (3, 4))
+    b = _rand((5, 4) if attrs.get("transB") else (4, 5), seed=1)
+    c = _rand(cshape, seed=2)
+    want = 1.5 * ((a.T if attrs.get("transA") else a) @ (b.T if attrs.get("transB") else b)) + c
+    check("Gemm", [("a", a, False), ("b", b, False), ("c", c, False)], opset, alpha=1.5,
+          want=[want] if opset == 1 else None, **attrs)  # no Gemm-1 in onnxruntime
+
+
+@pytest.mark.parametrize("m", [1, 2, 64])
+@pytest.mark.parametrize("tb", [0, 1])
+@pytest.mark.parametrize("b_init", [True, False])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_gemm_fully_connected(m, tb, b_init, dtype):
+    b = _rand((300, 256) if tb else (256, 300), dtype, 1)
+    check("Gemm", [("a", _rand((m, 256), dtype), False), ("b", b, b_init), ("c", _rand(300, dtype, 2), True)],
+          13, transB=tb)
+
+
+def test_gemm_beta_zero_ignores_c():
+    c = np.full((3, 5), np.nan, F32)
+    check("Gemm", [("a", _rand((3, 4)), False), ("b", _rand((4, 5), seed=1), False), ("c", c, False)], 13,
+          beta=0.0)
+
+
+MATMUL_SHAPES = [
+    ((4,), (4,)), ((4,), (4, 3)), ((2, 4), (4,)), ((2, 4), (4, 3)), ((5, 2, 4), (4, 3)), ((2, 4), (5, 4, 3)),
+    ((2, 1, 3, 4), (1, 5, 4, 2)), ((3, 2, 4), (3, 4, 6)), ((5, 2, 4), (4,)), ((64, 128), (128, 96)),
+    ((1, 256), (256, 100)),
+]
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_matmul(sa, sb, dtype):
+    check("MatMul", [("a", _rand(sa, dtype), False), ("b", _rand(sb, dtype, 1), False)], 13)
+
+
+@pytest.mark.parametrize("sa,sb", [((1, 256), (256, 100)), ((3, 7, 64), (64, 10)), ((64, 32), (32, 16))])
+@pytest.mark.parametrize("opset", [1, 9, 13])
+def test_matmul_constant_b(sa, sb, opset):
+    check("MatMul", [("a", _rand(sa), False), ("b", _rand(sb, seed=1), True)], opset)
+
+
+# --- BatchNormalization ----------------------------------------------------------------------------------------
+def _bn_inputs(xs, dtype=F32, per_elem=False):
+    c = xs[1]
+    ps = xs[1:] if per_elem else (c,)
+    rng = np.random.default_rng(3)
+    return [("x", _rand(xs, dtype), False), ("scale", rng.standard_normal(ps).astype(dtype), True),
+            ("bias", rng.standard_normal(ps).astype(dtype), True),
+            ("mean", rng.standard_normal(ps).astype(dtype), True),
+            ("var", rng.random(ps).astype(dtype) + 0.5, True)]
+
+
+@pytest.mark.parametrize("xs", [(2, 3), (2, 3, 5), (1, 4, 5, 6), (2, 3, 2, 3, 4), (1, 32, 40, 40)])
+@pytest.mark.parametrize("opset,dtype", [(7, F32), (9, F32), (14, F32), (15, F32), (9, F64), (15, F64)])
+def test_batchnorm(xs, opset, dtype):
+    check("BatchNormalization", _bn_inputs(xs, dtype), opset, epsilon=1e-3)
+
+
+def test_batchnorm_opset6_test_mode():
+    check("BatchNormalization", _bn_inputs((2, 3, 4, 5)), 6, oracle="reference", is_test=1)  # none in ORT
+
+
+def test_batchnorm_non_spatial_opset7():
+    check("BatchNormalization", _bn_inputs((2, 3, 4, 5), per_elem=True), 7, spatial=0)
+
+
+def test_batchnorm_training_left_to_fallback():
+    model = make_model("BatchNormalization", _bn_inputs((2, 3, 4)), 15, training_mode=1)
+    assert CPU not in providers_of(model)
+    model = make_model("BatchNormalization", _bn_inputs((2, 3, 4)), 9, n_out=3)
+    assert CPU not in providers_of(model)
+
+
+# --- Softmax ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset,axis", [(1, None), (1, 0), (1, 2), (11, -1), (11, -2), (11, 3), (13, None),
+                                        (13, 0), (13, 1), (13, -2)])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_softmax(opset, axis, dtype):
+    attrs = {} if axis is None else {"axis": axis}
+    check("Softmax", [("x", _rand((2, 3, 4, 5), dtype) * 4, False)], opset, **attrs)
+
+
+def test_softmax_large_rows():
+    check("Softmax", [("x", _rand((64, 1000)) * 10, False)], 13)
+    check("Softmax", [("x", _rand((8, 300, 40)) * 10, False)], 13, axis=1)
+
+
+# --- Concat / Flatten / Reshape --------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset,axis", [(4, 0), (4, 1), (11, -1), (13, 2), (13, -3)])
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64])
+def test_concat(opset, axis, dtype):
+    shapes = [[2, 3, 4], [2, 3, 4], [2, 3, 4]]
+    for s, n in zip(shapes, (1, 2, 3)):
+        s[axis] = n
+    inputs = [(f"x{i}", (_rand(s, F64, i) * 10).astype(dtype), i == 1) for i, s in enumerate(shapes)]
+    check("Concat", inputs, opset, axis=axis)
+
+
+# Flatten-1 takes float types only: its int64 cases are not generated
+@pytest.mark.parametrize("opset,axis,dtype", [(o, a, d) for o, a in [(1, None), (1, 0), (9, 2), (11, -1), (13, 4),
+                                                                     (13, -4)]
+                                              for d in (F32, np.int64) if o >= 9 or d == F32])
+def test_flatten(opset, axis, dtype):
+    attrs = {} if axis is None else {"axis": axis}
+    check("Flatten", [("x", (_rand((2, 3, 4, 5)) * 10).astype(dtype), False)], opset, **attrs)
+
+
+def _kernel(model):
+    """The CPU kernel the registry builds for the model's one node."""
+    from onnxjit.ir.serde import from_onnx
+    from onnxjit.ops.registry import builder_for
+    node = from_onnx(model).graph.nodes[0]
+    return builder_for(node)(node)
+
+
+def test_flatten_reshape_dropout_are_views():
+    x = _rand((2, 3, 4))
+    (y,) = _kernel(make_model("Flatten", [("x", x, False)], 13, axis=2))(x)
+    assert y.shape == (6, 4) and np.shares_memory(x, y)
+    shape = np.array([4, -1], np.int64)
+    (y,) = _kernel(make_model("Reshape", [("x", x, False), ("shape", shape, True)], 14))(x, shape)
+    assert y.shape == (4, 6) and np.shares_memory(x, y)
+    (y,) = _kernel(make_model("Dropout", [("x", x, False)], 13))(x)
+    assert y is x
+
+
+@pytest.mark.parametrize("opset,shape,allowzero", [
+    (5, [0, -1], 0), (5, [4, 0, -1], 0), (13, [-1], 0), (13, [2, 3, 5, 4], 0), (14, [0, 0, 20], 0),
+    (14, [6, -1], 1), (19, [1, 1, -1], 0),
+])
+@pytest.mark.parametrize("dtype", [F32, F64, np.int64])
+def test_reshape(opset, shape, allowzero, dtype):
+    attrs = {"allowzero": allowzero} if opset >= 14 else {}
+    check("Reshape", [("x", (_rand((2, 3, 20)) * 10).astype(dtype), False),
+                      ("shape", np.array(shape, np.int64), True)], opset, **attrs)
+
+
+def test_reshape_allowzero_keeps_zero():
+    check("Reshape", [("x", np.zeros((0, 3), F32), False), ("shape", np.array([3, 0], np.int64), True)], 14,
+          allowzero=1)
+
+
+def test_reshape_shape_fed():
+    check("Reshape", [("x", _rand((2, 3, 4)), False), ("shape", np.array([4, -1], np.int64), False)], 13)
+
+
+# --- Dropout ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("opset,n_out", [(7, 1), (7, 2), (10, 1), (10, 2), (12, 1), (12, 2), (13, 2)])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_dropout(opset, n_out, dtype):
+    mask_type = TensorProto.BOOL if opset >= 10 else helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    inputs = [("x", _rand((2, 3, 4), dtype), False)]
+    attrs = {"ratio": 0.3} if opset < 12 else {}
+    if opset >= 12:
+        inputs += [("ratio", np.array(0.3, dtype), True), ("training_mode", np.array(False), True)]
+    check("Dropout", inputs, opset, n_out=n_out,
+          out_types=[helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), mask_type][:n_out], **attrs)
+
+
+@pytest.mark.parametrize("opset", [1, 6])
+def test_dropout_old_test_mode(opset):
+    x = _rand((2, 3))  # no Dropout before 7 in onnxruntime nor onnx.reference: identity is the spec
+    check("Dropout", [("x", x, False)], opset, want=[x], is_test=1, ratio=0.3)
+
+
+def test_dropout_old_training_declined():
+    assert _kernel(make_model("Dropout", [("x", _rand((2, 3)), False)], 6, is_test=0)) is None
+
+
+def test_dropout_training_left_to_fallback():
+    inputs = [("x", _rand((2, 3)), False), ("ratio", np.array(0.3, F32), True),
+              ("training_mode", np.array(True), True)]
+    assert CPU not in providers_of(make_model("Dropout", inputs, 13))
+    inputs[2] = ("training_mode", np.array(False), False)  # a feed: unknown at build time
+    assert CPU not in providers_of(make_model("Dropout", inputs, 13))
+
+
+# --- declines --------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("op,inputs,attrs", [
+    ("Conv", [("x", np.ones((1, 1, 3, 3), np.float16), False), ("w", np.ones((1, 1, 1, 1), np.float16), True)], {}),
+    ("MaxPool", [("x", np.ones((1, 1, 3, 3), np.int8), False)], {"kernel_shape": [2, 2]}),
+    ("Softmax", [("x", np.ones((2, 3), np.float16), False)], {}),
+])
+def test_other_dtypes_left_to_fallback(op, inputs, attrs):
+    assert CPU not in providers_of(make_model(op, inputs, 13, **attrs))
