@@ -130,7 +130,8 @@ def test_corrupt_entry_is_recompiled(tmp_path, kind, caplog):
     _run(r3, c)
 
 
-@pytest.mark.parametrize("how", ["chmod", "under_file"])
+# chmod does not stop root from writing: as root only the path-under-a-file case is generated
+@pytest.mark.parametrize("how", ["chmod", "under_file"] if os.geteuid() != 0 else ["under_file"])
 def test_unusable_directory_runs_uncached(tmp_path, how, caplog):
     if how == "chmod":
         root = tmp_path / "ro"
