@@ -446,3 +446,24 @@ def test_dropout_training_left_to_fallback():
 ])
 def test_other_dtypes_left_to_fallback(op, inputs, attrs):
     assert CPU not in providers_of(make_model(op, inputs, 13, **attrs))
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_gemm_few_rows_equal_weight_rows_give_equal_outputs(trans_b):
+    """A classifier whose weight rows are equal must give bit-equal logits, as onnxruntime does: the model-zoo
+    light models (constant weights) end in such a Gemm plus Softmax, which turns a 1-ulp split into a wrong
+    answer."""
+    from onnx import TensorProto, helper
+    import onnxjit
+    rng = np.random.default_rng(5)
+    w = np.full((1000, 1024) if trans_b else (1024, 1000), 0.02, np.float32)
+    x = (rng.random((1, 1024)) * 1e18).astype(np.float32)
+    node = helper.make_node("Gemm", ["x", "w"], ["y"], transB=trans_b)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1024])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1000])],
+                          [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    y = onnxjit.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
+    assert np.unique(y).size == 1

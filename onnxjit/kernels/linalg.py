@@ -68,6 +68,30 @@ def gemm_cols(a, bt, c, alpha, beta, has_c, cols, out, blk0, blk1):
                     orow[_u(n0 + j)] = yr[_u(j)]
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def dot_cols(a, bt, c, alpha, beta, has_c, cols, out, blk0, blk1):
+    """As gemm_cols, for very few rows: each output is its own dot product over K in one fixed order, the same
+    for every column. A BLAS call per block of columns rounds the last, narrower block differently; then equal
+    columns (a layer whose weight rows are equal) come out unequal, and a softmax after them turns a 1-ulp
+    difference into a wrong answer where onnxruntime gives equal outputs."""
+    m, kk = a.shape
+    n = bt.shape[0]
+    for blk in range(blk0, blk1):
+        n0 = blk * cols
+        n1 = min(n, n0 + cols)
+        for i in range(m):
+            ar = a[i]
+            for j in range(n0, n1):
+                br = bt[j]
+                acc = ar[0] * br[0] * 0
+                for t in range(kk):
+                    acc += ar[t] * br[t]
+                y = alpha * acc
+                if has_c:
+                    y += beta * c[i, j]
+                out[i, j] = y
+
+
 @njit(cache=True, nogil=True)
 def matmul_batched(a, b, out, i0, i1):
     """out[i] = a[i] @ b[i] for i in [i0, i1); a (B, M, K), b (B, K, N) C-contiguous."""

@@ -39,6 +39,9 @@ class _Transposed:
         return self.t
 
 
+FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (see kernels.linalg.dot_cols)
+
+
 def _gemm_rows(a, b, c, alpha, beta, has_c):
     """alpha * a @ b + beta * c, a (M, K) and b (K, N) C-contiguous, split over blocks of rows."""
     m, kk = a.shape
@@ -58,8 +61,9 @@ def _gemm_cols(a, bt, c, alpha, beta, has_c):
     blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
     cols = max(-(-n // blocks), 16)
     out = np.empty((m, n), dtype=a.dtype)
+    kernel = k.dot_cols if m <= FEW_ROWS else k.gemm_cols
     with k.single_threaded_blas:
-        run_units(k.gemm_cols, (ro(a), ro(bt), c, alpha, beta, has_c, cols, out), -(-n // cols), m * n * kk)
+        run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, cols, out), -(-n // cols), m * n * kk)
     return out
 
 
