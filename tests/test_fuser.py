@@ -66,9 +66,9 @@ def test_two_hundred_adds_fuse_into_one_kernel():
 
 
 def test_value_read_outside_the_group_is_an_output_and_closes_the_group():
-    # a = Relu(x) feeds TopK (not fusable) and Add; the Add after TopK must not join a's group (cycle)
+    # a = Relu(x) feeds Identity (not fusable) and Neg; the Add after Identity must not join a's group (a cycle)
     nodes = [helper.make_node("Relu", ["x"], ["a"]), helper.make_node("Neg", ["a"], ["b"]),
-             helper.make_node("ReduceSum", ["a"], ["s"], keepdims=1),
+             helper.make_node("Identity", ["a"], ["s"]),
              helper.make_node("Add", ["b", "s"], ["y"])]
     model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.FLOAT, [2, 3])])
     sess = onnxjit.InferenceSession(model)
@@ -76,7 +76,7 @@ def test_value_read_outside_the_group_is_an_output_and_closes_the_group():
     got = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(got, onnxruntime.InferenceSession(model).run(None, {"x": x})[0], rtol=1e-6)
     steps = [s for s in sess._compiled.steps]
-    assert [[n.op_type for n in s.nodes] for s in steps] == [["Relu", "Neg"], ["ReduceSum"], ["Add"]]
+    assert [[n.op_type for n in s.nodes] for s in steps] == [["Relu", "Neg"], ["Identity"], ["Add"]]
     assert steps[0].outputs == ["a", "b"]
 
 
@@ -149,3 +149,40 @@ def test_comparisons_and_where_and_cast():
     b = np.array([1.0, 2.0, -3.9, 0], np.float32)
     got, want = _both(model, {"a": a, "b": b})
     np.testing.assert_array_equal(got[0], want[0])
+
+
+REDUCE_CASES = [("ReduceSum", 13, [4, 5, 6], [2], 1), ("ReduceMean", 18, [4, 5, 6], [1, 2], 0),
+                ("ReduceMax", 11, [4, 5, 6], [-1], 1), ("ReduceMin", 18, [3, 0, 4], [2], 1),
+                ("ReduceL2", 18, [3, 7], None, 1), ("ReduceLogSum", 18, [300, 400], [1], 0),
+                ("ReduceSumSquare", 13, [2, 3], [1], 0), ("ReduceProd", 18, [2, 3, 4], [1, 2], 1),
+                ("ReduceL1", 13, [5, 6], [-1], 1), ("ReduceSum", 13, [2, 0], [1], 1)]
+
+
+@pytest.mark.parametrize("op,opset,shape,axes,keep", REDUCE_CASES)
+def test_reduction_is_the_output_stage_of_the_group(op, opset, shape, axes, keep):
+    axes_input = axes is not None and opset >= (13 if op == "ReduceSum" else 18)
+    attrs = {"keepdims": keep}
+    if axes is not None and not axes_input:
+        attrs["axes"] = axes
+    nodes = [helper.make_node("Exp", ["x"], ["e"]),
+             helper.make_node(op, ["e", "axes"] if axes_input else ["e"], ["y"], **attrs)]
+    inits = [helper.make_tensor("axes", TensorProto.INT64, [len(axes)], axes)] if axes_input else []
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, shape)], [_vi("y", TensorProto.FLOAT, None)], inits,
+                   opset=opset)
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert _groups(sess) == [["Exp", op]]  # one kernel: exp(x) never goes to memory
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32) * 0.1
+    got = sess.run(None, {"x": x})[0]
+    want = onnxruntime.InferenceSession(model).run(None, {"x": x})[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-6)
+
+
+def test_reduction_over_leading_axes_is_not_fused():
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("ReduceSum", ["e", "axes"], ["y"])]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [3, 4])], [_vi("y", TensorProto.FLOAT, None)],
+                   [helper.make_tensor("axes", TensorProto.INT64, [1], [0])], opset=13)
+    sess = onnxjit.InferenceSession(model)
+    assert _groups(sess) == [["Exp"]]
+    x = np.ones((3, 4), np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.full((1, 4), 3 * np.e, np.float32), rtol=1e-6)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from onnxjit.fuser.exprs import EXPRS, TYPE_ONLY_INPUTS, Ctx, compute_dtype
+from onnxjit.fuser.exprs import EXPRS, REDUCTIONS, TYPE_ONLY_INPUTS, Ctx, compute_dtype, reduction_spec
 from onnxjit.fuser.partition import Group
 from onnxjit.ir.types import TensorType
 
@@ -39,7 +39,7 @@ class KernelSpec:
     source: str
     loaded: list[int]  # positions (in the group's inputs) of the arrays the kernel reads
     in_dtypes: list[np.dtype]  # compute dtype each loaded input is converted to
-    out_shape: tuple
+    out_shapes: list[tuple]  # per output (a reduction stage's output is smaller)
     out_dtypes: list[np.dtype]  # compute dtypes of the outputs
     final_dtypes: list[np.dtype]  # dtypes the outputs are returned in
     sizes: list[int]  # runtime size arguments (empty when the shape is baked in)
@@ -65,25 +65,37 @@ def _collapse(out_shape: tuple, in_shapes: list[tuple]) -> tuple[list[int], list
 
 
 def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]], static: bool) -> KernelSpec:
+    red = group.reduction
+    red_spec = reduction_spec(red) if red is not None else None
+    elementwise = group.nodes[:-1] if red is not None else group.nodes
     inputs = group.inputs
     index_of = {name: i for i, name in enumerate(inputs)}
     loaded_names: list[str] = []
     for n in group.nodes:
         skip = TYPE_ONLY_INPUTS.get(n.op_type, ())
-        for i, v in enumerate(n.inputs):
+        read = n.inputs[:1] if n is red else n.inputs  # a reduction's axes input is read at compile time
+        for i, v in enumerate(read):
             if v is not None and i not in skip and v.name in index_of and v.name not in loaded_names:
                 loaded_names.append(v.name)
     loaded = [index_of[n] for n in loaded_names]
     in_dtypes = [compute_dtype_of(in_sigs[i][0]) for i in loaded]
     in_shapes = [tuple(in_sigs[i][1]) for i in loaded]
     out_shape = tuple(np.broadcast_shapes(*in_shapes)) if in_shapes else ()
-    dims, full = _collapse(out_shape, in_shapes)
+    rank0 = len(out_shape)
+    split = red_spec.first_axis if red_spec is not None else rank0
+    padded = [(1,) * (rank0 - len(sh)) + sh for sh in in_shapes]
+    # the reduced (trailing) axes and the kept ones collapse separately: loops over kept dims are outside
+    outer_dims, outer_full = _collapse(out_shape[:split], [p[:split] for p in padded])
+    inner_dims, inner_full = _collapse(out_shape[split:], [p[split:] for p in padded])
+    dims = outer_dims + inner_dims
+    full = [o + i for o, i in zip(outer_full, inner_full)]
+    n_outer = len(outer_dims)
     total = math.prod(out_shape)
 
     var = {name: f"x{j}" for j, name in enumerate(loaded_names)}
     dtype_of = {name: dt for name, dt in zip(loaded_names, in_dtypes)}
     body: list[str] = []
-    for k, n in enumerate(group.nodes):
+    for k, n in enumerate(elementwise):
         out_t: TensorType = n.outputs[0].type
         out_dt = compute_dtype(out_t.elem_type)
         skip = TYPE_ONLY_INPUTS.get(n.op_type, ())
@@ -93,33 +105,58 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
         body.append(f"t{k} = {_np_ctor(out_dt)}({text})  # {n.op_type} {n.name}".rstrip())
         var[n.outputs[0].name] = f"t{k}"
         dtype_of[n.outputs[0].name] = out_dt
+    if red is not None:
+        dtype_of[red.outputs[0].name] = compute_dtype(red.outputs[0].type.elem_type)
     out_dtypes = [dtype_of[name] for name in outputs]
 
     rank = len(dims)
     size = [str(d) for d in dims] if static else [f"n{d}" for d in range(rank)]
 
-    def flat_index(spans: list[bool]) -> str:
+    def flat_index(spans: list[bool], upto: int = rank) -> str:
         terms = []
-        for d in range(rank):
+        for d in range(upto):
             if not spans[d]:
                 continue
-            inner = [size[e] for e in range(d + 1, rank) if spans[e]]
+            inner = [size[e] for e in range(d + 1, upto) if spans[e]]
             terms.append("*".join([f"i{d}"] + inner))
         return " + ".join(terms) if terms else "0"
 
-    lines = []
-    for j in range(len(loaded)):
-        lines.append(f"x{j} = in{j}[{flat_index(full[j])}]")
-    lines += body
+    lines = [f"x{j} = in{j}[{flat_index(full[j])}]" for j in range(len(loaded))] + body
     out_index = flat_index([True] * rank)
-    lines += [f"out{o}[{out_index}] = {var[name]}" for o, name in enumerate(outputs)]
+    out_shapes = []
+    after: list[str] = []  # at the end of the outer loop body, after the reduced loops
+    before: list[str] = []  # at the start of the outer loop body
+    for o, name in enumerate(outputs):
+        if red is not None and name == red.outputs[0].name:
+            dt = _np_ctor(dtype_of[name])
+            init, update, final = REDUCTIONS[red.op_type]
+            count = "*".join(size[n_outer:]) or "1"
+            init_text = {"inf": "np.inf", "-inf": "-np.inf"}.get(init, init)
+            before.append(f"acc = {dt}({init_text})")
+            lines.append(f"v = {var[red.inputs[0].name]}")
+            lines.append(f"acc = {dt}({update})  # {red.op_type} {red.name}".rstrip())
+            after.append(f"n = {dt}({count})")
+            after.append(f"out{o}[{flat_index([True] * n_outer, n_outer)}] = {dt}({final})")
+            reduced = list(out_shape)
+            for a in range(split, rank0):
+                reduced[a] = 1
+            out_shapes.append(tuple(reduced) if red_spec.keepdims else tuple(out_shape[:split]))
+        else:
+            lines.append(f"out{o}[{out_index}] = {var[name]}")
+            out_shapes.append(out_shape)
 
-    parallel = total >= PARALLEL_MIN_ELEMENTS
-    loops: list[str] = []
-    for d in range(rank):
+    parallel = total >= PARALLEL_MIN_ELEMENTS and (red is None or n_outer > 0)
+    code: list[str] = []
+    for d in range(n_outer):
         rng = "numba.prange" if parallel and d == 0 else "range"
-        loops.append("    " * (d + 1) + f"for i{d} in {rng}({size[d]}):")
-    indent = "    " * (rank + 1)
+        code.append("    " * (d + 1) + f"for i{d} in {rng}({size[d]}):")
+    code += ["    " * (n_outer + 1) + line for line in before]
+    for d in range(n_outer, rank):
+        rng = "numba.prange" if parallel and d == 0 else "range"
+        code.append("    " * (d + 1) + f"for i{d} in {rng}({size[d]}):")
+    code += ["    " * (rank + 1) + line for line in lines]
+    code += ["    " * (n_outer + 1) + line for line in after]
+
     params = [f"in{j}" for j in range(len(loaded))] + [f"out{o}" for o in range(len(outputs))]
     # inputs are typed read-only so initializers and read-only feeds match; writable arrays convert to that
     types = [f"T.Array(T.{_numba_type(dt)}, 1, 'C', readonly=True)" for dt in in_dtypes] + [
@@ -127,10 +164,12 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
     if not static:
         params += [f"n{d}" for d in range(rank)]
         types += ["T.int64"] * rank
+    # a reduction vectorizes only if its sum may be reassociated
+    fastmath = ', fastmath={"reassoc", "contract"}' if red is not None else ""
     nodes_doc = ", ".join(f"{n.op_type}({n.name})" if n.name else n.op_type for n in group.nodes)
     header = [
         f"# onnxjit fused kernel over {len(group.nodes)} node(s): {nodes_doc[:2000]}",
-        (f"# loop sizes {list(dims)} for output shape {list(out_shape)}; inputs {[list(s) for s in in_shapes]}"
+        (f"# loop sizes {list(dims)} for shape {list(out_shape)}; inputs {[list(s) for s in in_shapes]}"
          if static else f"# {rank} loop(s), sizes given at run time"),
         "import numpy as np",
         "import numba",
@@ -139,13 +178,13 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
         "from onnxjit.fuser import scalar as S",
         "",
         "",
-        f"@numba.njit(T.void({', '.join(types)}), cache=CACHE, parallel={parallel}, error_model=\"numpy\")",
+        f"@numba.njit(T.void({', '.join(types)}), cache=CACHE, parallel={parallel}, error_model=\"numpy\"{fastmath})",
         f"def kernel({', '.join(params)}):",
     ]
-    source = "\n".join(header + loops + [indent + line for line in lines]) + "\n"
+    source = "\n".join(header + code) + "\n"
     name = "fused_" + hashlib.sha256(source.encode()).hexdigest()[:12]
     final = [np.dtype(in_sigs_final) for in_sigs_final in _final_dtypes(group, outputs)]
-    return KernelSpec(name, source, loaded, in_dtypes, out_shape, out_dtypes, final,
+    return KernelSpec(name, source, loaded, in_dtypes, out_shapes, out_dtypes, final,
                       [] if static else list(dims))
 
 

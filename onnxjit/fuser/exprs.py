@@ -186,7 +186,7 @@ expr("BitwiseAnd", INT, 2)(lambda c, a: f"{a[0]} & {a[1]}")
 expr("BitwiseOr", INT, 2)(lambda c, a: f"{a[0]} | {a[1]}")
 expr("BitwiseXor", INT, 2)(lambda c, a: f"{a[0]} ^ {a[1]}")
 expr("BitwiseNot", INT)(lambda c, a: f"~{a[0]}")
-expr("BitShift", "u", 2)(
+expr("BitShift", INT, 2)(
     lambda c, a: f"{a[0]} << {a[1]}" if c.attr("direction", "LEFT") == "LEFT" else f"{a[0]} >> {a[1]}")
 expr("IsNaN", FLOAT)(lambda c, a: f"{a[0]} != {a[0]}")
 
@@ -278,3 +278,55 @@ def fusable(node: Node) -> bool:
     if node.op_type in ("Cast", "CastLike") and out_t.elem_type not in _NATIVE | _VIA_FLOAT32:
         return False
     return True
+
+
+# --- reductions as a group's output stage ----------------------------------------------------------------------
+# op -> (initial accumulator, update of `acc` by element `v`, final value of `acc` given the element count `n`)
+REDUCTIONS: dict[str, tuple[str, str, str]] = {
+    "ReduceSum": ("0", "acc + v", "acc"),
+    "ReduceMean": ("0", "acc + v", "acc / n"),
+    "ReduceMax": ("-inf", "S.fmax(acc, v)", "acc"),
+    "ReduceMin": ("inf", "S.fmin(acc, v)", "acc"),
+    "ReduceProd": ("1", "acc * v", "acc"),
+    "ReduceSumSquare": ("0", "acc + v * v", "acc"),
+    "ReduceL1": ("0", "acc + abs(v)", "acc"),
+    "ReduceL2": ("0", "acc + v * v", "np.sqrt(acc)"),
+    "ReduceLogSum": ("0", "acc + v", "vmath.log(acc)"),
+}
+# the opset from which each reduction takes its axes as an input instead of an attribute
+_AXES_INPUT_SINCE = {op: (13 if op == "ReduceSum" else 18) for op in REDUCTIONS}
+
+
+@dataclass(frozen=True)
+class ReductionSpec:
+    op_type: str
+    first_axis: int  # the reduced axes are first_axis .. rank-1
+    keepdims: bool
+
+
+def reduction_spec(node: Node) -> ReductionSpec | None:
+    """How a reduction node fuses as a kernel's output stage, or None when it cannot: the kernel reduces the
+    trailing axes of a float tensor of known rank, with the axes known when the graph is compiled."""
+    if node.domain != "" or node.op_type not in REDUCTIONS or len(node.outputs) != 1 or not node.inputs:
+        return None
+    x = node.inputs[0]
+    t = x.type if x is not None else None
+    if not isinstance(t, TensorType) or t.shape is None or t.elem_type not in (TensorProto.FLOAT, TensorProto.DOUBLE):
+        return None
+    out_t = node.outputs[0].type
+    if not isinstance(out_t, TensorType) or out_t.elem_type != t.elem_type:
+        return None
+    rank = len(t.shape)
+    if node.opset >= _AXES_INPUT_SINCE[node.op_type]:
+        axes_v = node.inputs[1] if len(node.inputs) > 1 else None
+        if axes_v is not None and axes_v.const is None:
+            return None  # axes computed at run time
+        axes = [] if axes_v is None else [int(a) for a in np.asarray(axes_v.const).reshape(-1)]
+        if not axes and attr(node, "noop_with_empty_axes", 0):
+            return None
+    else:
+        axes = list(attr(node, "axes", []) or [])
+    axes = sorted({a + rank if a < 0 else a for a in axes}) if axes else list(range(rank))
+    if not axes or axes != list(range(axes[0], rank)) or axes[0] < 0:
+        return None
+    return ReductionSpec(node.op_type, axes[0], bool(attr(node, "keepdims", 1)))

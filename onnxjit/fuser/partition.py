@@ -9,15 +9,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from onnxjit.fuser.exprs import fusable
+from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.ir.graph import Node
 
 
 @dataclass(eq=False)
 class Group:
     nodes: list[Node] = field(default_factory=list)
-    shape: tuple | None = None
+    shape: tuple | None = None  # the iteration shape (for a reduction stage, its input's shape)
     closed: bool = False
+    reduction: Node | None = None  # the last node, when the group ends in a reduction
 
     @property
     def inputs(self) -> list[str]:
@@ -41,9 +42,13 @@ class Group:
         return outs
 
 
-def _shape_key(node: Node) -> tuple | None:
-    shape = node.outputs[0].type.shape
+def _value_shape_key(v) -> tuple | None:
+    shape = getattr(v.type, "shape", None)
     return None if shape is None or any(d is None for d in shape) else tuple(shape)
+
+
+def _shape_key(node: Node) -> tuple | None:
+    return _value_shape_key(node.outputs[0])
 
 
 def group_nodes(nodes: list[Node]) -> list[Group | Node]:
@@ -54,7 +59,24 @@ def group_nodes(nodes: list[Node]) -> list[Group | Node]:
         # a node reads its inputs and, through its subgraphs, values captured by name
         reads = [v.name for v in node.inputs if v is not None] + [n for g in node.subgraphs() for n in g.outer_names]
         producers = {group_of[name] for name in reads if name in group_of}
-        if fusable(node):
+        if reduction_spec(node) is not None:
+            # a reduction ends the group computing its input, saving that value's round trip through memory
+            src = group_of.get(node.inputs[0].name)
+            key = _value_shape_key(node.inputs[0])
+            if src is not None and not src.closed and key is not None and src.shape == key:
+                group = src
+                group.nodes.append(node)
+                order.remove(group)
+                order.append(group)
+            else:
+                group = Group([node], key)
+                order.append(group)
+            group.reduction = node
+            group.closed = True
+            for g in producers:
+                g.closed = True
+            group_of[node.outputs[0].name] = group
+        elif fusable(node):
             key = _shape_key(node)
             joinable = [g for g in producers if not g.closed and key is not None and g.shape == key]
             if joinable:

@@ -19,7 +19,7 @@ from onnxjit import config
 from onnxjit import ops as _ops  # noqa: F401  (registers the op builders)
 from onnxjit.cache.store import KernelStore
 from onnxjit.fuser.codegen import KernelSpec, render
-from onnxjit.fuser.exprs import fusable
+from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Graph, Node
 from onnxjit.ir.types import TensorType
@@ -66,17 +66,14 @@ def _external_names(graph: Graph) -> set[str]:
 
 
 def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
-    total = int(np.prod(spec.out_shape, dtype=np.int64))
-    shape = spec.out_shape
+    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in spec.out_shapes]
 
     def run(*args: Any) -> list[np.ndarray]:
-        if total == 0:
-            return [np.empty(shape, f) for f in spec.final_dtypes]
         ins = [np.ascontiguousarray(args[i], dtype=dt).reshape(-1) for i, dt in zip(spec.loaded, spec.in_dtypes)]
-        outs = [np.empty(total, dt) for dt in spec.out_dtypes]
-        kernel(*ins, *outs, *spec.sizes)
+        outs = [np.empty(n, dt) for n, dt in zip(sizes, spec.out_dtypes)]
+        kernel(*ins, *outs, *spec.sizes)  # zero-size loops run no iterations; a reduction then gives its start
         return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
-                for o, f in zip(outs, spec.final_dtypes)]
+                for o, shape, f in zip(outs, spec.out_shapes, spec.final_dtypes)]
     return run
 
 
@@ -102,7 +99,7 @@ class CPUExecutionProvider(ExecutionProvider):
     def can_run(self, node: Node) -> bool:
         if node.domain == "" and node.op_type in CONTROL_FLOW_OPS:
             return True
-        return fusable(node) or self._kernel(node) is not None
+        return fusable(node) or reduction_spec(node) is not None or self._kernel(node) is not None
 
     def compile(self, nodes: list[Node], compiler: GraphCompiler) -> list[Step]:
         external = _external_names(nodes[0].graph) if nodes and nodes[0].graph is not None else set()

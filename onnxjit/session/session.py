@@ -107,7 +107,7 @@ class InferenceSession:
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
         complaint = check_model(proto)
         if complaint:
-            log.warning("onnx.checker: %s", complaint)
+            log.debug("onnx.checker: %s", complaint)  # onnxruntime accepts such models too
         try:
             self._model: Model = from_onnx(proto, base_dir)
         except Exception as e:  # noqa: BLE001 - anything a malformed model trips becomes InvalidGraph
