@@ -442,7 +442,6 @@ def test_dropout_training_left_to_fallback():
 @pytest.mark.parametrize("op,inputs,attrs", [
     ("Conv", [("x", np.ones((1, 1, 3, 3), np.float16), False), ("w", np.ones((1, 1, 1, 1), np.float16), True)], {}),
     ("MaxPool", [("x", np.ones((1, 1, 3, 3), np.int8), False)], {"kernel_shape": [2, 2]}),
-    ("Softmax", [("x", np.ones((2, 3), np.float16), False)], {}),
 ])
 def test_other_dtypes_left_to_fallback(op, inputs, attrs):
     assert CPU not in providers_of(make_model(op, inputs, 13, **attrs))

@@ -1,5 +1,5 @@
 """Neural-network ops on the CPU provider (float32/float64): Conv, pooling, BatchNormalization (inference),
-Softmax, Dropout (inference).
+Dropout (inference).
 
 Attributes become static arguments here; the output geometry (pads, output sizes) is computed per input shape in
 Python, cached, and handed to the Numba kernels in `onnxjit.kernels.conv` / `.pool` / `.nn`, which work over 3
@@ -451,44 +451,6 @@ def build_batchnorm(node):
 
 for _v in (6, 7, 9, 14, 15):
     register_op("BatchNormalization", since=_v)(build_batchnorm)
-
-
-# --- Softmax ---------------------------------------------------------------------------------------------------
-def _softmax_builder(per_axis):
-    def build(node):
-        if len(node.inputs) != 1 or float_type(node, (0,)) is None:
-            return None
-        axis = int(attr(node, "axis", -1 if per_axis else 1))
-        rk = rank_of(node, 0)
-        if rk is not None and not -rk <= axis < rk:
-            return None
-
-        def run(x):
-            nd = x.ndim
-            a = axis + nd if axis < 0 else axis
-            if not 0 <= a < max(nd, 1):
-                raise ValueError(f"Softmax: axis {axis} is out of range for an input of rank {nd}")
-            if x.size == 0 or nd == 0:
-                return (np.array(x, copy=True) if nd else np.ones_like(x),)
-            xc = np.ascontiguousarray(x)
-            outer = math.prod(x.shape[:a])
-            if per_axis:
-                n, inner = x.shape[a], math.prod(x.shape[a + 1:])
-            else:
-                n, inner = math.prod(x.shape[a:]), 1
-            y = np.empty(x.shape, dtype=x.dtype)
-            if inner == 1:
-                run_units(knn.softmax_rows, (ro(xc.reshape(outer, n)), y.reshape(outer, n)), outer, 8 * x.size)
-            else:
-                run_units(knn.softmax_axis, (ro(xc.reshape(outer, n, inner)), y.reshape(outer, n, inner)), outer,
-                          8 * x.size)
-            return (y,)
-        return run
-    return build
-
-
-register_op("Softmax", since=1)(_softmax_builder(per_axis=False))
-register_op("Softmax", since=13)(_softmax_builder(per_axis=True))
 
 
 # --- Dropout (inference) ---------------------------------------------------------------------------------------

@@ -1,0 +1,210 @@
+"""Softmax, LogSoftmax, Hardmax and LayerNormalization on the CPU provider (float16, bfloat16, float, double;
+the 16-bit floats are computed in float32 and rounded once, as onnxruntime does).
+
+Softmax/LogSoftmax/Hardmax before opset 13 coerce the input to 2-D at `axis` (default 1) and normalize each
+row of the flattened trailing dims; from 13 they normalize along `axis` alone (default -1). Both run the
+parallel row kernel of onnxjit.kernels.normalization; an axis that is not last is moved last for it (a
+transposed copy there and back). Hardmax is a one-hot of the first maximum (ArgMax's kernel; a row whose first
+element is NaN is all zeros, as onnxruntime gives it).
+
+LayerNormalization (17) normalizes the flattened dims from `axis` on; Scale and B broadcast to those dims. It
+computes in float32 (float64 for double inputs or stash_type=double); Mean and InvStdDev have the shape
+X.shape[:axis] + [1] * (rank - axis) and the stash_type dtype (float32 by default, as onnxruntime gives them even
+for double inputs). When X is a dead buffer freshly made by one of this module's ops (Softmax -> LayerNorm with
+no other reader of the softmax output), Y is written over it: no new buffer to fault in, no read-for-ownership
+of the destination (see `input_is_dead_fresh_buffer`).
+
+Builders decline a known input dtype that is not a float, and stash types other than float, double and
+bfloat16.
+"""
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from onnx import TensorProto as T
+
+from onnxjit.ir.types import np_dtype
+from onnxjit.kernels import normalization as kn
+from onnxjit.kernels import reduce as kr
+from onnxjit.ops.reduce import F64, compute_float, input_elem, ro
+from onnxjit.ops.registry import attr, register_op
+
+FLOATS = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, T.DOUBLE})
+SOFTMAX, LOGSOFTMAX, HARDMAX = 0, 1, 2
+_NAMES = {SOFTMAX: "Softmax", LOGSOFTMAX: "LogSoftmax", HARDMAX: "Hardmax"}
+# The row kernels hand out blocks of about this many elements dynamically: on a busy machine a thread that loses
+# its core then holds up one block, not half of the rows (the default static schedule).
+BLOCK_ELEMENTS = 1 << 16
+
+
+def _dummy_rows(dtype: np.dtype) -> np.ndarray:
+    return ro(np.zeros((1, 1), dtype))
+
+
+def _run_rows(x2, y2, op, scale=None, bias=None, eps=0.0, mean=None, inv=None):
+    """kn.rows over (rows, n) arrays, in blocks of about BLOCK_ELEMENTS taken dynamically (unused arguments get
+    dummies of the right types, so that each dtype compiles one specialization)."""
+    if scale is None:
+        scale = bias = _dummy_rows(y2.dtype)
+        mean = inv = np.empty(1, y2.dtype)
+    block = max(1, BLOCK_ELEMENTS // max(y2.shape[1], 1))
+    with numba.parallel_chunksize(1):
+        kn.rows(x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block)
+
+
+def softmax(x: np.ndarray, axis: int, mode: int, per_axis: bool) -> np.ndarray:
+    x = np.asarray(x)
+    shape, dtype = x.shape, x.dtype
+    nd = x.ndim
+    if nd == 0:  # a single element
+        return softmax(x.reshape(1), 0, mode, per_axis).reshape(())
+    a = axis + nd if axis < 0 else axis
+    if not 0 <= a < nd:
+        raise ValueError(f"{_NAMES[mode]}: axis {axis} is out of range for an input of rank {nd}")
+    outer = math.prod(shape[:a])
+    if per_axis:
+        n, inner = shape[a], math.prod(shape[a + 1:])
+    else:
+        n, inner = math.prod(shape[a:]), 1
+    if x.size == 0:
+        return np.empty(shape, dtype)
+    cdt = compute_float(dtype)
+    xc = ro(np.ascontiguousarray(x, dtype=cdt).reshape(outer, n, inner))
+    if mode == HARDMAX:
+        idx = np.empty((outer, inner), np.int64)
+        kr.argminmax(xc, True, False, idx)
+        y = np.zeros((outer, n, inner), dtype)
+        # onnxruntime marks the first element equal to the row max: none when that max is NaN (a NaN first)
+        hit = ~np.isnan(np.take_along_axis(xc, idx[:, None, :], axis=1))
+        np.put_along_axis(y, idx[:, None, :], hit.astype(dtype), axis=1)
+        return y.reshape(shape)
+    op = kn.LOG_SOFTMAX if mode == LOGSOFTMAX else kn.SOFTMAX
+    if inner == 1:
+        y = np.empty((outer, n), cdt)
+        _run_rows(xc.reshape(outer, n), y, op)
+    else:  # the normalized axis moved last and back: two copies, then the parallel row kernel
+        y = np.empty((outer, inner, n), cdt)
+        _run_rows(ro(xc.transpose(0, 2, 1)).reshape(outer * inner, n), y.reshape(outer * inner, n), op)
+        y = np.ascontiguousarray(y.transpose(0, 2, 1))
+    if cdt != dtype:
+        y = y.astype(dtype)
+    return y.reshape(shape)
+
+
+def _softmax_builder(mode: int, per_axis: bool):
+    def build(node):
+        if len(node.inputs) != 1 or node.inputs[0] is None:
+            return None
+        elem = input_elem(node)
+        if elem is not None and elem not in FLOATS:
+            return None
+        axis = int(attr(node, "axis", -1 if per_axis else 1))
+
+        def run(x):
+            return (softmax(x, axis, mode, per_axis),)
+        return run
+    return build
+
+
+for _mode, _op in _NAMES.items():
+    for _v in (1, 11, 13):
+        register_op(_op, since=_v)(_softmax_builder(_mode, per_axis=_v >= 13))
+
+
+# --- LayerNormalization -----------------------------------------------------------------------------------------
+# Ops whose kernels (this module's, and onnx.reference's on the fallback provider) always return a freshly
+# allocated first output, never a view of an input or a buffer held elsewhere.
+FRESH_OUTPUT_OPS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization"})
+
+
+def input_is_dead_fresh_buffer(node) -> bool:
+    """Whether `node` may write its output over its input 0: a buffer freshly made by one of FRESH_OUTPUT_OPS,
+    read by no other node, not a graph output and not captured by a subgraph, so nothing else can see it.
+    (Softmax -> LayerNormalization then reuses the softmax buffer instead of faulting in a new one.)"""
+    v = node.inputs[0]
+    g, p = node.graph, v.producer
+    if g is None or p is None or p.domain != "" or p.op_type not in FRESH_OUTPUT_OPS or not p.outputs \
+            or p.outputs[0] is not v:
+        return False
+    if len(v.uses) != 1 or any(o is v or o.name == v.name for o in g.outputs):
+        return False
+    return not any(v.name in sub.outer_names for n in g.nodes for sub in n.subgraphs())
+
+
+
+_STASH = {T.FLOAT: np.dtype(np.float32), T.DOUBLE: F64, T.BFLOAT16: np_dtype(T.BFLOAT16)}
+
+
+def _param_rows(p, shape: tuple, a: int, rows: int, n: int, cdt: np.dtype) -> np.ndarray:
+    """Scale or B as a (1, n) array (it broadcasts to the normalized dims) or a (rows, n) one (it also spans
+    leading dims of X), in the compute dtype."""
+    p = np.asarray(p)
+    if p.ndim <= len(shape) - a:
+        return ro(np.ascontiguousarray(np.broadcast_to(p, shape[a:]), dtype=cdt).reshape(1, n))
+    return ro(np.ascontiguousarray(np.broadcast_to(p, shape), dtype=cdt).reshape(rows, n))
+
+
+def layer_norm(x, scale, bias, axis: int, eps: float, stash_dtype: np.dtype, n_out: int, inplace: bool = False):
+    """LayerNormalization's outputs; with `inplace` Y may be written over X (the caller knows X is dead)."""
+    x = np.asarray(x)
+    shape, dtype = x.shape, x.dtype
+    r = x.ndim
+    if not -r <= axis < r:
+        raise ValueError(f"LayerNormalization: axis {axis} is out of range for an input of rank {r}")
+    a = axis + r if axis < 0 else axis
+    rows, n = math.prod(shape[:a]), math.prod(shape[a:])
+    cdt = F64 if (dtype == F64 or stash_dtype == F64) else compute_float(dtype)
+    stat_shape = shape[:a] + (1,) * (r - a)
+    mean = np.empty(rows, cdt)
+    inv = np.empty(rows, cdt)
+    if x.size:
+        sc = _param_rows(scale, shape, a, rows, n, cdt)
+        bi = ro(np.zeros((1, n), cdt)) if bias is None else _param_rows(bias, shape, a, rows, n, cdt)
+        if inplace and dtype == cdt and x.flags.c_contiguous and x.flags.writeable:
+            y = x.reshape(rows, n)
+            _run_rows(_dummy_rows(cdt), y, kn.LAYER_NORM_INPLACE, sc, bi, eps, mean, inv)
+        else:
+            y = np.empty((rows, n), cdt)
+            _run_rows(ro(np.ascontiguousarray(x, dtype=cdt).reshape(rows, n)), y, kn.LAYER_NORM, sc, bi, eps, mean,
+                      inv)
+    else:
+        y = np.empty((rows, n), cdt)  # nothing to normalize
+        mean.fill(0)
+        inv.fill(1 / math.sqrt(eps))
+    outs = [y.reshape(shape) if cdt == dtype else y.reshape(shape).astype(dtype)]
+    if n_out > 1:
+        outs.append(mean.astype(stash_dtype, copy=False).reshape(stat_shape))
+    if n_out > 2:
+        outs.append(inv.astype(stash_dtype, copy=False).reshape(stat_shape))
+    return outs
+
+
+def build_layer_norm(node):
+    if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
+        return None
+    for i in range(min(len(node.inputs), 3)):
+        elem = input_elem(node, i) if node.inputs[i] is not None else None
+        if elem is not None and elem not in FLOATS:
+            return None
+    stash = int(attr(node, "stash_type", T.FLOAT))
+    if stash not in _STASH:
+        return None
+    stash_dtype = _STASH[stash]
+    axis = int(attr(node, "axis", -1))
+    eps = float(attr(node, "epsilon", 1e-5))
+    n_out = 0
+    for i, v in enumerate(node.outputs):
+        if v is not None and v.name:
+            n_out = i + 1
+    n_out = max(n_out, 1)
+
+    inplace = input_is_dead_fresh_buffer(node)
+
+    def run(x, scale, bias=None):
+        return layer_norm(x, scale, bias, axis, eps, stash_dtype, n_out, inplace)
+    return run
+
+
+register_op("LayerNormalization", since=17)(build_layer_norm)
