@@ -59,26 +59,16 @@ def group_nodes(nodes: list[Node]) -> list[Group | Node]:
         # a node reads its inputs and, through its subgraphs, values captured by name
         reads = [v.name for v in node.inputs if v is not None] + [n for g in node.subgraphs() for n in g.outer_names]
         producers = {group_of[name] for name in reads if name in group_of}
-        if reduction_spec(node) is not None:
-            # a reduction ends the group computing its input, saving that value's round trip through memory
-            src = group_of.get(node.inputs[0].name)
-            key = _value_shape_key(node.inputs[0])
-            if src is not None and not src.closed and key is not None and src.shape == key:
-                group = src
-                group.nodes.append(node)
-                order.remove(group)
-                order.append(group)
+        is_reduction = reduction_spec(node) is not None
+        if is_reduction or fusable(node):
+            if is_reduction:
+                # a reduction ends the group computing its input, saving that value's round trip through memory
+                key = _value_shape_key(node.inputs[0])
+                candidates = [group_of[node.inputs[0].name]] if node.inputs[0].name in group_of else []
             else:
-                group = Group([node], key)
-                order.append(group)
-            group.reduction = node
-            group.closed = True
-            for g in producers:
-                g.closed = True
-            group_of[node.outputs[0].name] = group
-        elif fusable(node):
-            key = _shape_key(node)
-            joinable = [g for g in producers if not g.closed and key is not None and g.shape == key]
+                key = _shape_key(node)
+                candidates = list(producers)
+            joinable = [g for g in candidates if not g.closed and key is not None and g.shape == key]
             if joinable:
                 group = joinable[0]
                 for other in joinable[1:]:  # open groups have no outside readers: merging is safe
@@ -94,6 +84,9 @@ def group_nodes(nodes: list[Node]) -> list[Group | Node]:
             else:
                 group = Group([node], key)
                 order.append(group)
+            if is_reduction:
+                group.reduction = node
+                group.closed = True
             for g in producers:
                 if g is not group:
                     g.closed = True
