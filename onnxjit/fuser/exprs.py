@@ -187,7 +187,8 @@ expr("BitwiseOr", INT, 2)(lambda c, a: f"{a[0]} | {a[1]}")
 expr("BitwiseXor", INT, 2)(lambda c, a: f"{a[0]} ^ {a[1]}")
 expr("BitwiseNot", INT)(lambda c, a: f"~{a[0]}")
 expr("BitShift", INT, 2)(
-    lambda c, a: f"{a[0]} << {a[1]}" if c.attr("direction", "LEFT") == "LEFT" else f"{a[0]} >> {a[1]}")
+    lambda c, a: f"S.shift_{'left' if c.attr('direction', 'LEFT') == 'LEFT' else 'right'}({a[0]}, {a[1]}, "
+                 f"{c.out_dtype.itemsize * 8})")
 expr("IsNaN", FLOAT)(lambda c, a: f"{a[0]} != {a[0]}")
 
 
@@ -247,13 +248,15 @@ TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
 def fusable(node: Node) -> bool:
     """Whether the node can be one stage of a generated kernel: a known op over known, supported dtypes."""
+    # (grouping also needs the output shape; see partition.py)
     op = EXPRS.get(node.op_type)
     if op is None or node.domain != "" or len(node.outputs) != 1:
         return False
     if node.opset < 7 and len(node.inputs) > 1:
         return False  # before opset 7, binary ops broadcast by an axis attribute, not numpy's rules
     out_t = node.outputs[0].type
-    if not isinstance(out_t, TensorType) or compute_dtype(out_t.elem_type) is None or out_t.shape is None:
+    # shapes may be unknown (the kernel takes them from the arrays); a node of unknown shape fuses with nothing
+    if not isinstance(out_t, TensorType) or compute_dtype(out_t.elem_type) is None:
         return False
     present = [v for v in node.inputs if v is not None]
     if len(present) < op.min_inputs:
@@ -262,7 +265,7 @@ def fusable(node: Node) -> bool:
         if v is None:
             continue
         t = v.type
-        if not isinstance(t, TensorType) or t.shape is None:
+        if not isinstance(t, TensorType):
             return False
         dt = compute_dtype(t.elem_type)
         if dt is None:

@@ -9,8 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from onnx import TensorProto
+
 from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.ir.graph import Node
+
+
+_HALF = (TensorProto.FLOAT16, TensorProto.BFLOAT16)
 
 
 @dataclass(eq=False)
@@ -48,6 +53,8 @@ def _value_shape_key(v) -> tuple | None:
 
 
 def _shape_key(node: Node) -> tuple | None:
+    if node.outputs[0].type.elem_type in _HALF:
+        return None  # kernels compute halves in float32: alone, a node rounds its output as ONNX says it does
     return _value_shape_key(node.outputs[0])
 
 

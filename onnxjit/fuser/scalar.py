@@ -67,3 +67,17 @@ def pymod(a, b):
     else:
         m = np.copysign(m * 0, b)
     return m
+
+
+@njit(inline="always", cache=True)
+def shift_left(a, b, bits):
+    """a << b, 0 when the shift is negative or not below the bit width (BitShift-28)."""
+    return a * 0 if (b < 0 or b >= bits) else a << b
+
+
+@njit(inline="always", cache=True)
+def shift_right(a, b, bits):
+    """a >> b (arithmetic for signed a); past the width: the sign fill (-1 or 0)."""
+    if b < 0 or b >= bits:
+        return a * 0 - 1 if a < 0 else a * 0
+    return a >> b

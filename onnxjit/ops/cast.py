@@ -1,0 +1,55 @@
+"""Cast and CastLike between the types the fuser does not compute in: float8, int4/int2, float4, strings.
+
+The fuser renders casts between native numeric types; this kernel converts through numpy/ml_dtypes. With
+`saturate` (the default, since opset 19) values beyond a float8 type's range clamp to its largest finite value,
+as the spec says; without it they become inf or NaN as the format allows.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto
+
+from onnxjit.ir.types import TensorType, np_dtype
+from onnxjit.ops.registry import attr, register_op
+
+_FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+_UNSUPPORTED_TARGETS = {TensorProto.STRING, TensorProto.FLOAT8E8M0, TensorProto.COMPLEX64, TensorProto.COMPLEX128,
+                        TensorProto.UNDEFINED}
+
+
+def _caster(to: int, saturate: bool):
+    if to in _UNSUPPORTED_TARGETS:
+        return None
+    target = np_dtype(to)
+    limit = float(ml_dtypes.finfo(target).max) if to in _FLOAT8 and saturate else None
+
+    def cast(x: np.ndarray) -> np.ndarray:
+        if x.dtype.kind in "OUS":  # numbers written as text
+            x = x.astype(np.float64) if target.kind in "fV" else x.astype(np.int64)
+        if limit is not None:
+            x = np.clip(x.astype(np.float32), -limit, limit)
+        return x.astype(target)
+    return cast
+
+
+def _source_ok(node) -> bool:
+    t = node.inputs[0].type if node.inputs and node.inputs[0] is not None else None
+    return isinstance(t, TensorType) and t.elem_type not in (TensorProto.COMPLEX64, TensorProto.COMPLEX128)
+
+
+@register_op("Cast", since=6)
+def build_cast(node):
+    if not _source_ok(node):
+        return None
+    cast = _caster(int(attr(node, "to", 0)), bool(attr(node, "saturate", 1)))
+    return None if cast is None else (lambda x: (cast(x),))
+
+
+@register_op("CastLike", since=15)
+def build_cast_like(node):
+    like = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] is not None else None
+    if not _source_ok(node) or not isinstance(like, TensorType):
+        return None
+    cast = _caster(like.elem_type, bool(attr(node, "saturate", 1)))
+    return None if cast is None else (lambda x, _like: (cast(x),))
