@@ -93,3 +93,17 @@ def assert_all_same(got: Sequence[Any], want: Sequence[Any]) -> None:
 @pytest.fixture
 def rng() -> np.random.Generator:
     return np.random.default_rng(0)
+
+
+def native_session(model):
+    """A session on the CPU provider alone (fallback disabled), asserting every step of it runs there."""
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert sess._compiled.steps and all(s.provider == "CPUExecutionProvider" for s in sess._compiled.steps)
+    return sess
+
+
+def feeds_of(inputs):
+    """The feeds of a one-node test model: `inputs` as (name, array, is_initializer), None for absent."""
+    return {name: arr for name, arr, is_init in inputs if arr is not None and not is_init}

@@ -19,6 +19,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnxjit
+from conftest import native_session as cpu_session, feeds_of  # noqa: E402
 import onnxjit.ops.movement  # noqa: F401  (registers the ops, as onnxjit.ops will)
 from onnxjit.ir.graph import Attr, Node, Value
 from onnxjit.ir.types import TensorType, elem_type_of
@@ -83,16 +84,6 @@ def make_model(op, inputs, opset, n_out=1, out_types=None, out_names=None, **att
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
-def feeds_of(inputs):
-    return {name: arr for name, arr, is_init in inputs if arr is not None and not is_init}
-
-
-def cpu_session(model):
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry("session.disable_fallback_provider", "1")
-    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
-    assert sess._compiled.steps and all(s.provider == CPU for s in sess._compiled.steps)
-    return sess
 
 
 def _ort_outputs(model, feeds):

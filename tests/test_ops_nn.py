@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
+from conftest import native_session as cpu_session, feeds_of  # noqa: E402
 import onnxjit.ops.linalg  # noqa: F401  (registers the ops, as onnxjit.ops will)
 import onnxjit.ops.nn  # noqa: F401
 import onnxjit.ops.shape  # noqa: F401
@@ -49,16 +50,6 @@ def make_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10 if opset > 20 else 8)
 
 
-def feeds_of(inputs):
-    return {name: arr for name, arr, is_init in inputs if arr is not None and not is_init}
-
-
-def cpu_session(model):
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry("session.disable_fallback_provider", "1")
-    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
-    assert sess._compiled.steps and all(s.provider == CPU for s in sess._compiled.steps)
-    return sess
 
 
 def expected(model, feeds, oracle="ort"):

@@ -15,6 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnxjit
+from conftest import native_session as cpu_session  # noqa: E402
 import onnxjit.ops.normalization  # noqa: F401  (registers the ops, as onnxjit.ops will)
 import onnxjit.ops.reduce  # noqa: F401
 
@@ -60,13 +61,6 @@ def make_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
     graph = helper.make_graph([node], "g", vis, outs, initializer=inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
-
-def cpu_session(model):
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry("session.disable_fallback_provider", "1")
-    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
-    assert sess._compiled.steps and all(s.provider == CPU for s in sess._compiled.steps)
-    return sess
 
 
 def expected(model, feeds, oracle):
