@@ -1,12 +1,10 @@
-"""BatchNormalization (inference) and Softmax kernels. Each fills its share [start, end) of rows into a
-preallocated output and releases the GIL, so the caller can spread the rows over threads. exp is `vmath.exp`
-(vectorizable, about 1 ulp)."""
+"""BatchNormalization (inference) kernel. It fills its share [start, end) of rows into a preallocated output and
+releases the GIL, so the caller can spread the rows over threads. (Softmax lives in kernels/normalization.py.)"""
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
 
-from onnxjit.kernels import vmath
 
 
 @njit(cache=True, inline="always")

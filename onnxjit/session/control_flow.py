@@ -27,18 +27,14 @@ def _scalar_bool(v: Any) -> bool:
     return bool(np.asarray(v).reshape(-1)[0])
 
 
-def _stack(parts: list[np.ndarray], axis: int = 0) -> np.ndarray:
+def _stack(parts: list[np.ndarray], t, axis: int = 0) -> np.ndarray:
+    """Scan outputs stacked along a new `axis`; with no iteration, empty and shaped as the body declares `t`."""
     if not parts:
-        return np.zeros((0,), dtype=np.float32)
+        dims = [d if isinstance(d, int) else 0 for d in (t.shape or ())] if isinstance(t, TensorType) else []
+        empty = np.zeros((0, *dims), dtype=t.dtype if isinstance(t, TensorType) else np.float32)
+        return np.moveaxis(empty, 0, axis + empty.ndim if axis < 0 else axis)
     axis = axis + parts[0].ndim + 1 if axis < 0 else axis
     return np.stack(parts, axis=axis)
-
-
-def _empty_scan(t) -> np.ndarray:
-    if isinstance(t, TensorType):
-        dims = [d if isinstance(d, int) else 0 for d in (t.shape or ())]
-        return np.zeros((0, *dims), dtype=t.dtype)
-    return np.zeros((0,), dtype=np.float32)
 
 
 def _if(node, bodies, outer_of):
@@ -60,7 +56,8 @@ def _loop(node, bodies, outer_of):
         outer = outer_of(body, outer_vals)
         trips = None if max_trip is None else int(np.asarray(max_trip).reshape(-1)[0])
         keep_going = True if cond is None else _scalar_bool(cond)
-        scans: list[list[Any]] | None = None
+        scan_types = [v.type for v in body.graph.outputs[1 + n_carried:]]
+        scans: list[list[Any]] = [[] for _ in scan_types]
         i = 0
         while keep_going and (trips is None or i < trips):
             feeds = {names[0]: np.array(i, dtype=np.int64), names[1]: np.array(keep_going, dtype=bool)}
@@ -69,14 +66,10 @@ def _loop(node, bodies, outer_of):
             # the spec says a body's cond is ignored when the Loop has no cond input; onnxruntime stops on it
             keep_going = _scalar_bool(outs[0])
             carried = list(outs[1:1 + n_carried])
-            if scans is None:
-                scans = [[] for _ in outs[1 + n_carried:]]
             for acc, v in zip(scans, outs[1 + n_carried:]):
                 acc.append(v)
             i += 1
-        if scans is None:  # no iteration: empty scan outputs shaped like the body declares them
-            return carried + [_empty_scan(v.type) for v in body.graph.outputs[1 + n_carried:]]
-        return carried + [_stack(acc) for acc in scans]
+        return carried + [_stack(acc, t) for acc, t in zip(scans, scan_types)]
     return run_loop
 
 
@@ -97,7 +90,7 @@ def _scan_once(body, n_state, states, scans, in_axes, in_dirs, out_axes, out_dir
     for k, acc in enumerate(collected):
         if out_dirs[k]:
             acc = acc[::-1]
-        results.append(_stack(acc, out_axes[k]))
+        results.append(_stack(acc, body.graph.outputs[n_state + k].type, out_axes[k]))
     return results
 
 
