@@ -6,6 +6,7 @@ from typing import Any, Sequence
 
 import numpy as np
 import onnx
+import onnx.numpy_helper
 import pytest
 from onnx import helper
 
@@ -107,3 +108,28 @@ def native_session(model):
 def feeds_of(inputs):
     """The feeds of a one-node test model: `inputs` as (name, array, is_initializer), None for absent."""
     return {name: arr for name, arr, is_init in inputs if arr is not None and not is_init}
+
+
+def one_node_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
+    """One-node model. `inputs`: (name, array, is_initializer) in node order; a None array is an absent input
+    (trailing absent inputs are left out: onnxruntime crashes on some). Outputs take the first input's type
+    unless `out_types` gives theirs."""
+    names, vis, inits = [], [], []
+    for name, arr, is_init in inputs:
+        if arr is None:
+            names.append("")
+            continue
+        names.append(name)
+        if is_init:
+            inits.append(onnx.numpy_helper.from_array(arr, name))
+        else:
+            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+    while names and not names[-1]:
+        names.pop()
+    first = next(a for _, a, _ in inputs if a is not None)
+    types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * n_out
+    out_names = [f"y{i}" for i in range(n_out)]
+    outs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(out_names, types)]
+    node = helper.make_node(op, names, out_names, **attrs)
+    graph = helper.make_graph([node], "g", vis, outs, initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)

@@ -12,10 +12,10 @@ import onnx
 import onnx.reference
 import onnxruntime as ort
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, helper
 
 import onnxjit
-from conftest import native_session as cpu_session, feeds_of  # noqa: E402
+from conftest import native_session as cpu_session, one_node_model as make_model, feeds_of  # noqa: E402
 import onnxjit.ops.linalg  # noqa: F401  (registers the ops, as onnxjit.ops will)
 import onnxjit.ops.nn  # noqa: F401
 import onnxjit.ops.shape  # noqa: F401
@@ -27,27 +27,6 @@ ort.set_default_logger_severity(3)
 
 def _rand(shape, dtype=F32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
-
-
-def make_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
-    """One-node model. `inputs`: (name, array, is_initializer) in node order; a None array is an absent input."""
-    names, vis, inits = [], [], []
-    for name, arr, is_init in inputs:
-        if arr is None:
-            names.append("")
-            continue
-        names.append(name)
-        if is_init:
-            inits.append(numpy_helper.from_array(arr, name))
-        else:
-            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
-    out_names = [f"y{i}" for i in range(n_out)]
-    first = next(a for _, a, _ in inputs if a is not None)
-    types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * n_out
-    outs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(out_names, types)]
-    node = helper.make_node(op, names, out_names, **attrs)
-    graph = helper.make_graph([node], "g", vis, outs, initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10 if opset > 20 else 8)
 
 
 

@@ -15,7 +15,7 @@ from onnx import TensorProto as T
 from onnx import helper, numpy_helper
 
 import onnxjit
-from conftest import native_session as cpu_session  # noqa: E402
+from conftest import native_session as cpu_session, one_node_model as make_model  # noqa: E402
 import onnxjit.ops.normalization  # noqa: F401  (registers the ops, as onnxjit.ops will)
 import onnxjit.ops.reduce  # noqa: F401
 
@@ -37,29 +37,6 @@ def _data(shape, dtype, seed=0, lo=-4, hi=5):
         lo = max(lo, 0) if dtype.kind == "u" else lo
         return rng.integers(lo, hi, size=shape).astype(dtype)
     return (rng.standard_normal(shape) * 2).astype(dtype)
-
-
-def make_model(op, inputs, opset, n_out=1, out_types=None, **attrs):
-    """One-node model. `inputs`: (name, array, is_initializer) in node order; a None array is an absent input."""
-    names, vis, inits = [], [], []
-    for name, arr, is_init in inputs:
-        if arr is None:
-            names.append("")
-            continue
-        names.append(name)
-        if is_init:
-            inits.append(numpy_helper.from_array(arr, name))
-        else:
-            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
-    while names and not names[-1]:  # trailing absent inputs are left out (onnxruntime crashes on some)
-        names.pop()
-    first = next(a for _, a, _ in inputs if a is not None)
-    types = out_types or [helper.np_dtype_to_tensor_dtype(first.dtype)] * n_out
-    out_names = [f"y{i}" for i in range(n_out)]
-    outs = [helper.make_tensor_value_info(n, t, None) for n, t in zip(out_names, types)]
-    node = helper.make_node(op, names, out_names, **attrs)
-    graph = helper.make_graph([node], "g", vis, outs, initializer=inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=10)
 
 
 
