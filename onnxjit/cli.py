@@ -9,38 +9,7 @@ import time
 
 import numpy as np
 
-LIGHT_MODELS = ("squeezenet", "resnet50", "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2",
-                "shufflenet", "vgg19", "zfnet512")
-
-
-def light_model_dir() -> str:
-    import onnx
-    return os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def light_model_case(name: str):
-    """(model path, feeds, expected outputs) of one of onnx's model-zoo light models, with the input the onnx
-    backend test feeds it (arange(n)/n in the input's shape)."""
-    import onnx
-    from onnx import numpy_helper
-    path = os.path.join(light_model_dir(), f"light_{name}.onnx")
-    model = onnx.load(path)
-    inits = {i.name for i in model.graph.initializer}
-    feeds = {}
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
-        shape = tuple(d.dim_value if d.HasField("dim_value") else 1 for d in vi.type.tensor_type.shape.dim)
-        n = int(np.prod(shape))
-        feeds[vi.name] = (np.arange(n).reshape(shape) / n).astype(np.float32)
-    expected = []
-    for i in range(len(model.graph.output)):
-        t = onnx.TensorProto()
-        with open(os.path.join(light_model_dir(), f"light_{name}_output_{i}.pb"), "rb") as f:
-            t.ParseFromString(f.read())
-        expected.append(numpy_helper.to_array(t))
-    return path, feeds, expected
-
+from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case
 
 def time_runs(run, runs: int) -> list[float]:
     times = []
@@ -81,6 +50,22 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
+LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
+
+
+def cmd_optimize(args) -> int:
+    import onnx
+
+    from onnxjit.optimizer import format_counts, optimize_model
+    t0 = time.perf_counter()
+    proto, report = optimize_model(args.input, LEVELS[args.level], args.providers.split(","))
+    seconds = time.perf_counter() - t0
+    onnx.save(proto, args.output)
+    print(format_counts(report))
+    print(f"optimized at level {args.level} in {seconds:.2f} s; wrote {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -88,6 +73,14 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--model", default="squeezenet", choices=LIGHT_MODELS)
     demo.add_argument("--runs", type=int, default=10)
     demo.set_defaults(func=cmd_demo)
+    opt = sub.add_parser("optimize", help="optimize a model offline and save it; prints node counts per op type")
+    opt.add_argument("input", help="the model to optimize (.onnx)")
+    opt.add_argument("output", help="where to write the optimized model")
+    opt.add_argument("--level", default="all", choices=list(LEVELS),
+                     help="graph optimization level, as SessionOptions.graph_optimization_level (default: all)")
+    opt.add_argument("--providers", default="CPUExecutionProvider",
+                     help="comma-separated providers the model will run on (fusions depend on them)")
+    opt.set_defaults(func=cmd_optimize)
     args = ap.parse_args(argv)
     return args.func(args)
 

@@ -114,6 +114,47 @@ class Graph:
         self.nodes.remove(node)
         node.graph = None
 
+    def insert_before(self, anchor: Node, node: Node) -> Node:
+        """Put `node` just before `anchor` (where its inputs are already computed in a topological order)."""
+        node.graph = self
+        self.nodes.insert(self.nodes.index(anchor), node)
+        return node
+
+    def add_initializer(self, name: str, array: np.ndarray) -> Value:
+        from onnxjit.ir.types import TensorType, elem_type_of
+        v = Value(name, TensorType(elem_type_of(array.dtype), tuple(array.shape)), array)
+        self.initializers[name] = v
+        return v
+
+    def names(self) -> set[str]:
+        """Every name defined in this graph and the graphs nested in it (fresh names must avoid all of them)."""
+        names = {v.name for v in self.inputs} | set(self.initializers) | set(self.outer_names)
+        for n in self.nodes:
+            names.update(v.name for v in n.outputs)
+            for g in n.subgraphs():
+                names |= g.names()
+        return names
+
+    def sort(self) -> None:
+        """Restore topological order after a rewrite, keeping the current order wherever it is already valid."""
+        ready = {v.name for v in self.inputs} | set(self.initializers) | set(self.outer_names) | {""}
+        pending, ordered = list(self.nodes), []
+        while pending:
+            rest = []
+            for n in pending:
+                needs = [v.name for v in n.inputs if v is not None] + [
+                    name for g in n.subgraphs() for name in g.outer_names]
+                if all(name in ready for name in needs):
+                    ordered.append(n)
+                    ready.update(v.name for v in n.outputs)
+                else:
+                    rest.append(n)
+            if len(rest) == len(pending):  # a cycle or a read of an undefined name: keep the remainder as it was
+                ordered.extend(rest)
+                break
+            pending = rest
+        self.nodes = ordered
+
     def all_nodes(self) -> Iterator[Node]:
         """Every node, including those inside subgraphs."""
         for n in self.nodes:

@@ -15,6 +15,7 @@ import onnx
 from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
 
+from onnxjit import contrib
 from onnxjit.ir.graph import Node
 from onnxjit.ir.serde import node_to_proto
 from onnxjit.ir.types import to_type_proto
@@ -38,6 +39,9 @@ def _loader(domain: str):
         from onnx.reference.ops.aionnx_preview import load_op
     elif domain == "experimental":
         from onnx.reference.ops.experimental import load_op
+    elif domain == contrib.DOMAIN:
+        def load_op(domain, op_type, version, **_kwargs):
+            return contrib.load_reference_ops().get(op_type) if version >= contrib.VERSION else None
     else:
         return None
     return load_op

@@ -21,7 +21,8 @@ from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionPro
 from onnxjit.session.executor import CompiledGraph
 from onnxjit.session.iobinding import IOBinding, OrtValue
 from onnxjit.session.loader import check_model, load_model_proto
-from onnxjit.session.options import RunOptions, SessionOptions
+from onnxjit.optimizer import OptimizationReport, optimize
+from onnxjit.session.options import GraphOptimizationLevel, RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
 
 log = logging.getLogger("onnxjit")
@@ -97,6 +98,14 @@ def _normalize_providers(providers, provider_options) -> list[tuple[str, dict[st
     return result
 
 
+def _optimization_level(level: Any) -> GraphOptimizationLevel:
+    try:
+        return GraphOptimizationLevel(level)
+    except ValueError:
+        raise InvalidArgument(f"SessionOptions.graph_optimization_level must be one of "
+                              f"{[f'{e.name} ({e.value})' for e in GraphOptimizationLevel]}, got {level!r}") from None
+
+
 class InferenceSession:
     def __init__(self, path_or_bytes, sess_options: SessionOptions | None = None, providers=None,
                  provider_options=None, **kwargs):
@@ -115,11 +124,15 @@ class InferenceSession:
             if isinstance(e, InvalidGraph):
                 raise InvalidGraph(f"{e}{why}") from e
             raise InvalidGraph(f"cannot load the model: {type(e).__name__}: {e}{why}") from e
+        chosen = _normalize_providers(providers, provider_options)
+        level = _optimization_level(so.graph_optimization_level)
+        self.optimization_report: OptimizationReport | None = None
+        if level > GraphOptimizationLevel.ORT_DISABLE_ALL:
+            self.optimization_report = optimize(self._model, level, [n for n, _ in chosen])
         if so.optimized_model_filepath:
             import onnx
             onnx.save(to_onnx(self._model), os.fspath(so.optimized_model_filepath))
 
-        chosen = _normalize_providers(providers, provider_options)
         if self._config.get(DISABLE_FALLBACK_KEY, "0") != "1" and FALLBACK not in (n for n, _ in chosen):
             chosen.append((FALLBACK, {}))
         self._providers: list[ExecutionProvider] = [PROVIDERS[n](opts, self._config) for n, opts in chosen]

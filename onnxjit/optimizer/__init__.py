@@ -1,0 +1,151 @@
+"""The graph optimizer: rewrites the IR before partitioning, by onnxruntime's optimization levels.
+
+A pass is a function `(graph, ctx) -> int` (how many rewrites it made) registered with `@graph_pass(level)`.
+`optimize` runs the passes of each level, in registration order, over the graph and every subgraph, and repeats
+a level until no pass changes anything (each rewrite can expose another: a folded Conv+BN leaves a Conv+Relu).
+Passes keep graph inputs and outputs (names, dtypes, shapes) as they are and never change results beyond float
+rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` domain (`onnxjit.contrib`).
+
+Modules, one per pass family: constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes),
+cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape,
+activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (blocked channels).
+"""
+from __future__ import annotations
+
+import collections
+import importlib
+import logging
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+from onnxjit.ir.graph import Graph, Model
+
+log = logging.getLogger("onnxjit")
+
+BASIC, EXTENDED, LAYOUT = 1, 2, 3  # onnxruntime's ORT_ENABLE_BASIC / _EXTENDED / _LAYOUT; ORT_ENABLE_ALL = 99
+MAX_ROUNDS = 10
+CPU_PROVIDER = "CPUExecutionProvider"
+
+PASS_MODULES = ("constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
+                "activation_fusion", "layer_norm", "gelu", "attention", "layout")
+
+
+@dataclass
+class PassContext:
+    """What a pass may consult: the model's opsets and the providers nodes will be assigned to."""
+
+    model: Model
+    providers: tuple[str, ...] = (CPU_PROVIDER,)
+    counter: collections.Counter = field(default_factory=collections.Counter)
+
+    def opset(self, domain: str = "") -> int:
+        return self.model.opset_imports.get(domain, 0)
+
+    @property
+    def cpu(self) -> bool:
+        """Whether fusions for the CPU provider pay: it is among the chosen providers (the extended level is
+        provider-aware, as in onnxruntime)."""
+        return CPU_PROVIDER in self.providers
+
+    def use_domain(self, domain: str, version: int = 1) -> None:
+        """Declare an opset import for the fused nodes a pass adds."""
+        self.model.opset_imports.setdefault(domain, version)
+
+
+Pass = Callable[[Graph, PassContext], int]
+
+
+@dataclass(frozen=True)
+class RegisteredPass:
+    name: str
+    level: int
+    fn: Pass
+
+
+PASSES: list[RegisteredPass] = []
+
+
+def graph_pass(level: int, name: str | None = None) -> Callable[[Pass], Pass]:
+    def deco(fn: Pass) -> Pass:
+        PASSES.append(RegisteredPass(name or fn.__name__, level, fn))
+        return fn
+    return deco
+
+
+def _load_passes() -> None:
+    for m in PASS_MODULES:
+        try:
+            importlib.import_module(f"onnxjit.optimizer.{m}")
+        except ModuleNotFoundError as e:
+            if e.name != f"onnxjit.optimizer.{m}":
+                raise
+
+
+@dataclass
+class OptimizationReport:
+    """Node counts per op type before and after, and how many rewrites each pass made."""
+
+    before: collections.Counter
+    after: collections.Counter
+    rewrites: collections.Counter
+
+
+def op_counts(graph: Graph) -> collections.Counter:
+    return collections.Counter(f"{n.domain}::{n.op_type}" if n.domain else n.op_type for n in graph.all_nodes())
+
+
+def _graphs(graph: Graph) -> list[Graph]:
+    """The graph and its subgraphs, innermost first (a body's rewrites may make its parent's possible)."""
+    out: list[Graph] = []
+    for n in graph.nodes:
+        for g in n.subgraphs():
+            out.extend(_graphs(g))
+    out.append(graph)
+    return out
+
+
+def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,)) -> OptimizationReport:
+    """Rewrite `model` in place up to `level` (a GraphOptimizationLevel value)."""
+    _load_passes()
+    ctx = PassContext(model, tuple(providers))
+    before = op_counts(model.graph)
+    for tier in (BASIC, EXTENDED, LAYOUT):
+        if level < tier:
+            break
+        passes = [p for p in PASSES if p.level == tier]
+        for _ in range(MAX_ROUNDS):
+            changed = 0
+            for p in passes:
+                for g in _graphs(model.graph):
+                    n = p.fn(g, ctx)
+                    if n:
+                        ctx.counter[p.name] += n
+                        changed += n
+                        g.sort()
+            if not changed:
+                break
+    after = op_counts(model.graph)
+    if before != after:
+        log.debug("onnxjit optimizer: %s", dict(ctx.counter))
+    return OptimizationReport(before, after, ctx.counter)
+
+
+def optimize_model(model, level: int, providers: Sequence[str] = (CPU_PROVIDER,)):
+    """Load `model` (a path, bytes or ModelProto), optimize it as a session would and return
+    (optimized onnx.ModelProto, OptimizationReport): what `onnxjit optimize` writes."""
+    from onnxjit.ir.serde import from_onnx, to_onnx
+    from onnxjit.session.loader import load_model_proto
+    proto, base_dir = load_model_proto(model)
+    m = from_onnx(proto, base_dir)
+    report = optimize(m, level, providers)
+    return to_onnx(m), report
+
+
+def format_counts(report: OptimizationReport) -> str:
+    """Node counts per op type before and after, as a text table (most frequent first)."""
+    ops = sorted(set(report.before) | set(report.after), key=lambda o: (-report.before[o], -report.after[o], o))
+    width = max([len(o) for o in ops] + [len("total")])
+    lines = [f"{'op type':<{width}}  {'before':>6}  {'after':>6}"]
+    lines += [f"{o:<{width}}  {report.before[o]:>6}  {report.after[o]:>6}" for o in ops]
+    lines.append(f"{'total':<{width}}  {sum(report.before.values()):>6}  {sum(report.after.values()):>6}")
+    return "\n".join(lines)

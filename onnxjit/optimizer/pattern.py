@@ -1,0 +1,142 @@
+"""Helpers passes use to match and rewrite patterns in the IR."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from onnxjit.ir.graph import Attr, Graph, Node, Value
+from onnxjit.ir.types import TensorType
+
+
+def const_value(v: Value | None, graph: Graph) -> np.ndarray | None:
+    """The value of `v` when it is a constant: an initializer that no feed can override. (Constant nodes become
+    initializers in constant folding, the first basic pass.)"""
+    if v is None or v.const is None or v.producer is not None:
+        return None
+    if graph.initializers.get(v.name) is not v or any(i is v for i in graph.inputs):
+        return None
+    return v.const
+
+
+def pinned_names(graph: Graph) -> set[str]:
+    """Names a rewrite must keep: graph outputs and values read by name from subgraphs."""
+    names = {v.name for v in graph.outputs}
+    for n in graph.nodes:
+        for g in n.subgraphs():
+            names.update(g.outer_names)
+    return names
+
+
+def only_consumer(v: Value, graph: Graph) -> Node | None:
+    """The single node reading `v`, when there is exactly one and `v` is not a graph output or read by a
+    subgraph (so the value may disappear into a fusion)."""
+    if len(v.uses) != 1 or v.name in pinned_names(graph):
+        return None
+    return v.uses[0][0]
+
+
+def producer(v: Value | None, op_type: str, domain: str = "") -> Node | None:
+    if v is None or v.producer is None:
+        return None
+    p = v.producer
+    return p if p.op_type == op_type and p.domain == domain else None
+
+
+def replace_value(graph: Graph, old: Value, new: Value) -> None:
+    """Make every reader of `old` read `new`. Where `old` is a graph output or read by a subgraph by name,
+    `new` takes over its name (so outputs keep their names), which needs `new` to be a node output no one
+    else names."""
+    old.replace_all_uses_with(new)
+    if old.name in pinned_names(graph):
+        if new.producer is None or new.name in pinned_names(graph):
+            raise ValueError(f"cannot replace pinned value {old.name!r} by {new.name!r}")
+        new.name = old.name
+        if new.type is None:
+            new.type = old.type
+        graph.outputs = [new if o is old else o for o in graph.outputs]
+
+
+def fresh_name(graph: Graph, base: str, taken: set[str] | None = None) -> str:
+    taken = taken if taken is not None else graph.names()
+    name, i = base, 0
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def make_attr(name: str, value: Any) -> Attr:
+    """An Attr from a Python value, typed as onnx.helper would type it."""
+    from onnx import helper
+    p = helper.make_attribute(name, value)
+    return Attr(name, p.type, value.encode() if isinstance(value, str) else value)
+
+
+def tensor_type(v: Value | None) -> TensorType | None:
+    return v.type if v is not None and isinstance(v.type, TensorType) else None
+
+
+def static_shape(v: Value | None) -> tuple[int, ...] | None:
+    t = tensor_type(v)
+    if t is None or t.shape is None or not all(isinstance(d, int) for d in t.shape):
+        return None
+    return tuple(t.shape)
+
+
+def remove_nodes(graph: Graph, nodes: list[Node]) -> None:
+    for n in nodes:
+        graph.remove(n)
+
+
+# --- helpers of the transformer fusions (layer_norm, gelu, attention) --------------------------------------------
+def scalar_const(v: Value | None, graph: Graph, rank: int | None) -> float | None:
+    """The value of `v` when it is a one-element float constant that broadcasts into a tensor of rank `rank`
+    without changing its shape (its rank is at most `rank`; an unknown rank allows only 0-D)."""
+    c = const_value(v, graph)
+    if c is None or c.size != 1 or c.dtype.kind != "f" or c.ndim > (rank if rank is not None else 0):
+        return None
+    return float(c.reshape(-1)[0])
+
+
+def close_to(value: float | None, expected: float, rtol: float = 1e-4) -> bool:
+    return value is not None and abs(value - expected) <= rtol * abs(expected)
+
+
+def other_input(node: Node, v: Value) -> Value | None:
+    """The other input of a two-input node that reads `v` (v itself for x op x), None when it does not read v."""
+    if len(node.inputs) != 2:
+        return None
+    a, b = node.inputs
+    return b if a is v else a if b is v else None
+
+
+def rank_of(v: Value | None) -> int | None:
+    t = tensor_type(v)
+    return None if t is None or t.shape is None else len(t.shape)
+
+
+def replace_with_node(graph: Graph, ctx: Any, matched: list[Node], op_type: str, inputs: list[Value | None],
+                      olds: list[Value | None], attrs: dict[str, Any], standard: bool) -> Node:
+    """Put one node computing the values `olds` (None for an unused output) in place of the `matched` nodes:
+    ai.onnx `op_type` at the model's opset when `standard`, else com.onnxjit's (declared in ctx). The new node
+    goes before the last matched node; `olds`' readers read its outputs; the matched nodes are removed."""
+    from onnxjit.contrib import DOMAIN, VERSION
+    taken = graph.names()
+    outs = [Value(fresh_name(graph, f"{old.name}_{op_type.lower()}" if old is not None else "", taken),
+                  old.type) if old is not None else Value("") for old in olds]
+    while outs and not outs[-1].name:
+        outs.pop()
+    if not standard:
+        ctx.use_domain(DOMAIN, VERSION)
+    node = Node(op_type, inputs, outs, domain="" if standard else DOMAIN,
+                name=fresh_name(graph, f"{op_type}_{matched[-1].name or 'fused'}", {n.name for n in graph.nodes}),
+                attributes={k: make_attr(k, v) for k, v in attrs.items()},
+                opset=ctx.opset("") if standard else VERSION)
+    graph.insert_before(matched[-1], node)
+    for old, new in zip(olds, outs):
+        if old is not None:
+            replace_value(graph, old, new)
+    remove_nodes(graph, matched)
+    return node
