@@ -9,14 +9,22 @@ import time
 import numpy as np
 import pytest
 
+LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}  # GraphOptimizationLevel values, same in both
 
-def make_runner(runtime: str, model_bytes: bytes):
+
+def make_runner(runtime: str, model_bytes: bytes, level: str = "all"):
+    """A run function for `runtime` ("onnxruntime" or "onnxjit") at graph optimization `level` (disable, basic,
+    extended, all)."""
     if runtime == "onnxruntime":
         import onnxruntime
-        sess = onnxruntime.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+        so = onnxruntime.SessionOptions()
+        so.graph_optimization_level = LEVELS[level]
+        sess = onnxruntime.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     else:
         import onnxjit
-        sess = onnxjit.InferenceSession(model_bytes)
+        so = onnxjit.SessionOptions()
+        so.graph_optimization_level = LEVELS[level]
+        sess = onnxjit.InferenceSession(model_bytes, so)
     return lambda feeds: sess.run(None, feeds)
 
 

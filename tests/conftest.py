@@ -96,10 +96,20 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(0)
 
 
-def native_session(model):
-    """A session on the CPU provider alone (fallback disabled), asserting every step of it runs there."""
+def kernel_options() -> onnxjit.SessionOptions:
+    """Options for testing the CPU provider's kernels on a graph as given: fallback disabled, and no graph
+    optimization (constant folding would otherwise evaluate a node with constant inputs at load, on the
+    reference implementation, and the kernel would never run)."""
     so = onnxjit.SessionOptions()
     so.add_session_config_entry("session.disable_fallback_provider", "1")
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+def native_session(model):
+    """A session on the CPU provider alone (fallback disabled) over the graph as given, asserting every step of it
+    runs there."""
+    so = kernel_options()
     sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     assert sess._compiled.steps and all(s.provider == "CPUExecutionProvider" for s in sess._compiled.steps)
     return sess

@@ -11,6 +11,7 @@ from onnxjit.fuser.codegen import _collapse
 
 NATIVE = onnxjit.SessionOptions()
 NATIVE.add_session_config_entry("session.disable_fallback_provider", "1")
+NATIVE.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL  # the fuser on the graph as given
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
@@ -71,7 +72,7 @@ def test_value_read_outside_the_group_is_an_output_and_closes_the_group():
              helper.make_node("Identity", ["a"], ["s"]),
              helper.make_node("Add", ["b", "s"], ["y"])]
     model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3])], [_vi("y", TensorProto.FLOAT, [2, 3])])
-    sess = onnxjit.InferenceSession(model)
+    sess = onnxjit.InferenceSession(model, NATIVE)
     x = np.random.default_rng(1).standard_normal((2, 3)).astype(np.float32)
     got = sess.run(None, {"x": x})[0]
     np.testing.assert_allclose(got, onnxruntime.InferenceSession(model).run(None, {"x": x})[0], rtol=1e-6)
@@ -186,3 +187,13 @@ def test_reduction_over_leading_axes_is_not_fused():
     assert _groups(sess) == [["Exp"]]
     x = np.ones((3, 4), np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.full((1, 4), 3 * np.e, np.float32), rtol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Relu", "LeakyRelu", "HardSigmoid", "HardSwish", "Celu", "Elu", "Selu",
+                                "ThresholdedRelu", "Softsign", "Sigmoid", "Tanh", "Softplus", "Abs", "Neg"])
+def test_activations_keep_nan_and_infinities_as_onnxruntime(op):
+    model = _model([helper.make_node(op, ["x"], ["y"])], [_vi("x", TensorProto.FLOAT, [7])],
+                   [_vi("y", TensorProto.FLOAT, [7])])
+    x = np.array([np.nan, -np.inf, np.inf, -2.5, -0.0, 0.0, 3.0], np.float32)
+    got, want = _both(model, {"x": x})
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0, equal_nan=True)

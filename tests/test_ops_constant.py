@@ -6,8 +6,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
 
-NATIVE = onnxjit.SessionOptions()
-NATIVE.add_session_config_entry("session.disable_fallback_provider", "1")
+from conftest import kernel_options  # noqa: E402
+
+NATIVE = kernel_options()
 
 FORMS = [
     ("value", numpy_helper.from_array(np.arange(6, dtype=np.float32).reshape(2, 3)), TensorProto.FLOAT, 13),

@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxjit
-from conftest import native_session as cpu_session  # noqa: E402
+from conftest import kernel_options, native_session as cpu_session  # noqa: E402
 import onnxjit.ops.indexing  # noqa: F401  (registers the ops, as onnxjit.ops will)
 from onnxjit.errors import OnnxJitError
 
@@ -133,8 +133,7 @@ def check(op, inputs, opset, out_types, want=None, **attrs):
 def declined(op, inputs, opset, out_types, **attrs) -> bool:
     """Whether the CPU provider refuses the node (session creation fails with the fallback disabled)."""
     model = make_model(op, inputs, opset, out_types, **attrs)
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    so = kernel_options()
     try:
         onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
     except Exception:  # noqa: BLE001

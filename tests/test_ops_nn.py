@@ -15,7 +15,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxjit
-from conftest import native_session as cpu_session, one_node_model as make_model, feeds_of  # noqa: E402
+from conftest import feeds_of, kernel_options, native_session as cpu_session, one_node_model as make_model  # noqa: E402
 import onnxjit.ops.linalg  # noqa: F401  (registers the ops, as onnxjit.ops will)
 import onnxjit.ops.nn  # noqa: F401
 import onnxjit.ops.shape  # noqa: F401
@@ -64,8 +64,10 @@ def check(op, inputs, opset, n_out=1, out_types=None, oracle="ort", want=None, *
 
 
 def providers_of(model):
-    """The providers the steps run on, fallback allowed."""
-    sess = onnxjit.InferenceSession(model.SerializeToString(), providers=[CPU])
+    """The providers the steps run on, fallback allowed, for the graph as given."""
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
     return [s.provider for s in sess._compiled.steps]
 
 
@@ -432,7 +434,6 @@ def test_gemm_few_rows_equal_weight_rows_give_equal_outputs(trans_b):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 1000])],
                           [helper.make_tensor("w", TensorProto.FLOAT, w.shape, w.ravel())])
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    so = kernel_options()
     y = onnxjit.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
     assert np.unique(y).size == 1

@@ -379,24 +379,9 @@ def test_layer_norm_bfloat16_and_double_stash():
     np.testing.assert_allclose(y, (x64 - want_mean) * want_inv * s, rtol=1e-6, atol=1e-6)
 
 
-def test_softmax_then_layer_norm():
-    """The benchmark's pair (Softmax then LayerNormalization over the last axis), in one graph."""
-    x = _data((4, 8, 96), F32, 24)
-    s, b = _data((96,), F32, 25), _data((96,), F32, 26)
-    nodes = [helper.make_node("Softmax", ["x"], ["p"], axis=-1),
-             helper.make_node("LayerNormalization", ["p", "s", "b"], ["y"], axis=-1, epsilon=1e-5)]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info("y", T.FLOAT, x.shape)],
-                              [numpy_helper.from_array(s, "s"), numpy_helper.from_array(b, "b")])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
-    got = cpu_session(model).run(None, {"x": x})[0]
-    want = ort.InferenceSession(model.SerializeToString(), providers=[CPU]).run(None, {"x": x})[0]
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-
-
 def test_row_kernels_over_several_blocks():
     """257 rows of 512: blocks of 128, 128 and 1 rows (the skewed next-row passes cross block ends), for
-    Softmax, LogSoftmax and LayerNormalization both apart and over a dead softmax buffer (in place)."""
+    Softmax, LogSoftmax and LayerNormalization both apart and as one Softmax->LayerNormalization kernel."""
     x = _data((257, 512), F32, 29) * 3
     s, b = _data((512,), F32, 30), _data((512,), F32, 31)
     for op in ("Softmax", "LogSoftmax"):
@@ -459,3 +444,39 @@ def test_builders_decline_unsupported_dtypes():
     assert node("Softmax", T.INT32, 13) is None
     assert node("ArgMax", T.BOOL, 13) is None
     assert node("ReduceMean", T.FLOAT, 18) is not None
+
+
+# --- Softmax -> LayerNormalization as one kernel ---------------------------------------------------------------
+@pytest.mark.parametrize("op,sm_axis,ln_axis,dtype,n_out,softmax_is_output", [
+    ("Softmax", -1, -1, np.float32, 1, False),
+    ("LogSoftmax", 2, -1, np.float32, 3, False),
+    ("Softmax", 2, -1, np.float64, 1, False),
+    ("Softmax", 1, -1, np.float32, 1, False),   # softmax over another axis: two passes, still one step
+    ("Softmax", -1, 1, np.float32, 2, False),   # layer norm over the two last axes: two passes
+    ("Softmax", -1, -1, np.float32, 1, True),   # the softmax is read outside: two steps
+])
+def test_softmax_then_layer_norm(op, sm_axis, ln_axis, dtype, n_out, softmax_is_output):
+    x = _data((3, 5, 16), dtype, seed=3)
+    tail = (16,) if ln_axis == -1 else (5, 16)
+    scale = _data(tail, dtype, seed=4)
+    bias = _data(tail, dtype, seed=5)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    ln_outs = ["y", "mean", "inv"][:n_out]
+    # float64 data normalizes in one pass with float64 statistics (stash_type double)
+    stash = T.DOUBLE if dtype == np.float64 else T.FLOAT
+    nodes = [helper.make_node(op, ["x"], ["s"], axis=sm_axis),
+             helper.make_node("LayerNormalization", ["s", "scale", "bias"], ln_outs, axis=ln_axis, epsilon=1e-3,
+                              stash_type=stash)]
+    outs = [helper.make_tensor_value_info(n, elem if n == "y" else stash, None) for n in ln_outs]
+    if softmax_is_output:
+        outs.append(helper.make_tensor_value_info("s", elem, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", elem, x.shape)], outs,
+                              [numpy_helper.from_array(scale, "scale"), numpy_helper.from_array(bias, "bias")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = cpu_session(model)
+    steps = [[n.op_type for n in s.nodes] for s in sess._compiled.steps]
+    assert steps == ([[op], ["LayerNormalization"]] if softmax_is_output else [[op, "LayerNormalization"]])
+    got = sess.run(None, {"x": x})
+    want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
+    for g, w in zip(got, want):
+        assert_close(g, w)

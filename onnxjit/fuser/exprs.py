@@ -201,7 +201,8 @@ def _isinf(c, a):
 
 
 # --- activations ---------------------------------------------------------------------------------------------
-expr("Relu", "fi")(lambda c, a: f"{a[0]} if {a[0]} > {c.lit(0)} else {c.lit(0)}")
+# NaN stays NaN (as in onnxruntime) in Relu, HardSigmoid and Celu: only a true comparison picks the constant
+expr("Relu", "fi")(lambda c, a: f"{c.lit(0)} if {a[0]} < {c.lit(0)} else {a[0]}")
 expr("LeakyRelu", FLOAT)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {c.lit(c.attr('alpha', 0.01))}")
 expr("PRelu", "fi", 2)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {a[1]}")
 expr("Sigmoid", FLOAT)(lambda c, a: f"vmath.sigmoid({a[0]})")
@@ -209,7 +210,7 @@ expr("Tanh", FLOAT)(lambda c, a: f"vmath.tanh({a[0]})")
 expr("Softplus", FLOAT)(lambda c, a: f"vmath.softplus({a[0]})")
 expr("Softsign", FLOAT)(lambda c, a: f"{a[0]} / ({c.lit(1)} + abs({a[0]}))")
 expr("HardSigmoid", FLOAT)(
-    lambda c, a: f"max({c.lit(0)}, min({c.lit(1)}, {c.lit(c.attr('alpha', 0.2))} * {a[0]} + "
+    lambda c, a: f"S.fmax({c.lit(0)}, S.fmin({c.lit(1)}, {c.lit(c.attr('alpha', 0.2))} * {a[0]} + "
                  f"{c.lit(c.attr('beta', 0.5))}))")
 expr("HardSwish", FLOAT)(
     lambda c, a: f"{a[0]} * max({c.lit(0)}, min({c.lit(1)}, {c.lit(1 / 6)} * {a[0]} + {c.lit(0.5)}))")
@@ -219,7 +220,7 @@ expr("Selu", FLOAT)(
     lambda c, a: f"{c.lit(c.attr('gamma', 1.0507009873554805))} * ({a[0]} if {a[0]} > {c.lit(0)} else "
                  f"{c.lit(c.attr('alpha', 1.6732632423543772))} * vmath.expm1({a[0]}))")
 expr("Celu", FLOAT)(
-    lambda c, a: f"max({c.lit(0)}, {a[0]}) + min({c.lit(0)}, {c.lit(c.attr('alpha', 1.0))} * "
+    lambda c, a: f"S.fmax({c.lit(0)}, {a[0]}) + S.fmin({c.lit(0)}, {c.lit(c.attr('alpha', 1.0))} * "
                  f"vmath.expm1({a[0]} / {c.lit(c.attr('alpha', 1.0))}))")
 expr("Mish", FLOAT)(lambda c, a: f"{a[0]} * vmath.tanh(vmath.softplus({a[0]}))")
 expr("ThresholdedRelu", FLOAT)(
@@ -242,6 +243,9 @@ def _gelu(c, a):
 
 
 # --- which nodes are fusable ---------------------------------------------------------------------------------
+# com.onnxjit ops defined as the ai.onnx op of the same name (the optimizer writes them for older opsets): they
+# render through the same expression
+CONTRIB_AS_ONNX = {"Gelu": ("com.onnxjit",)}
 # ops whose inputs are not the elements being computed on (CastLike's second input only gives a type)
 TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
@@ -250,7 +254,7 @@ def fusable(node: Node) -> bool:
     """Whether the node can be one stage of a generated kernel: a known op over known, supported dtypes."""
     # (grouping also needs the output shape; see partition.py)
     op = EXPRS.get(node.op_type)
-    if op is None or node.domain != "" or len(node.outputs) != 1:
+    if op is None or node.domain not in ("", *CONTRIB_AS_ONNX.get(node.op_type, ())) or len(node.outputs) != 1:
         return False
     if node.opset < 7 and len(node.inputs) > 1:
         return False  # before opset 7, binary ops broadcast by an axis attribute, not numpy's rules

@@ -13,11 +13,17 @@ units over threads. Three strategies:
     channels per group (depthwise), where a GEMM per group would be tiny.
 Hot loops index with unsigned integers (`_u`): numba then skips its negative-index wraparound, which would
 otherwise keep LLVM from vectorizing them.
+
+Epilogue (com.onnxjit FusedConv): each kernel adds the bias and, when `z` is not empty, the residual z (the
+output's shape: the sum is rounded as Conv then Add would), then applies the activation `kind` with its
+constants `act` (see `onnxjit.kernels.linalg.activate`) to each output row as it writes it.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from onnxjit.kernels.linalg import IDENTITY, activate
 
 
 @njit(cache=True, inline="always")
@@ -44,9 +50,9 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
 
 
 @njit(cache=True, nogil=True)
-def conv_gemm(x, w, bias, group, k, s, d, p, taps, tile_rows, m_blocks, out, u0, u1):
+def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind, act, out, u0, u1):
     """Conv as im2col + GEMM, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of output
-    channels). out is (N, M, OD, OH, OW); `bias` is a length-M array or empty."""
+    channels). out is (N, M, OD, OH, OW); `bias` is a length-M array or empty; z is out's shape or empty."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
@@ -61,6 +67,8 @@ def conv_gemm(x, w, bias, group, k, s, d, p, taps, tile_rows, m_blocks, out, u0,
     nrows = od * oh
     wm = w.reshape((group, mg, kk))
     out3 = out.reshape((n_img, m_out, nrows * ow))
+    has_z = z.size > 0
+    z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     ntiles = (nrows + tile_rows - 1) // tile_rows
     mb = (mg + m_blocks - 1) // m_blocks
     has_bias = bias.size > 0
@@ -120,14 +128,21 @@ def conv_gemm(x, w, bias, group, k, s, d, p, taps, tile_rows, m_blocks, out, u0,
             bv = bias[mo] if has_bias else 0
             orow = out3[n, mo]
             rrow = res[m - m0]
-            for j in range(npx):
-                orow[_u(p0 + j)] = rrow[_u(j)] + bv
+            if has_z:
+                zrow = z3[n, mo]
+                for j in range(npx):
+                    orow[_u(p0 + j)] = (rrow[_u(j)] + bv) + zrow[_u(p0 + j)]
+            else:
+                for j in range(npx):
+                    orow[_u(p0 + j)] = rrow[_u(j)] + bv
+            if kind != IDENTITY:
+                activate(orow, p0, p0 + npx, kind, act)
 
 
 @njit(cache=True, nogil=True)
-def conv_direct(x, w, bias, group, k, s, d, p, taps, out, u0, u1):
+def conv_direct(x, w, bias, z, group, k, s, d, p, taps, kind, act, out, u0, u1):
     """Conv as direct accumulation, units [u0, u1) of (image, output channel): per output row, the taps'
-    shifted input rows are accumulated into it. out is (N, M, OD, OH, OW)."""
+    shifted input rows are accumulated into it. out is (N, M, OD, OH, OW); z is out's shape or empty."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
@@ -138,6 +153,7 @@ def conv_direct(x, w, bias, group, k, s, d, p, taps, out, u0, u1):
     dd, dh = d[0], d[1]
     pd, ph = p[0], p[1]
     has_bias = bias.size > 0
+    has_z = z.size > 0
     for t in range(u0, u1):
         n = t // m_out
         m = t - n * m_out
@@ -168,12 +184,19 @@ def conv_direct(x, w, bias, group, k, s, d, p, taps, out, u0, u1):
                                 else:
                                     for j in range(j0, j1):
                                         orow[_u(j)] += wv * src[_u(j * sw + off)]
+                if has_z:
+                    zrow = z[n, m, i, h]
+                    for j in range(ow):
+                        orow[_u(j)] += zrow[_u(j)]
+                if kind != IDENTITY:
+                    activate(orow, 0, ow, kind, act)
 
 
 @njit(cache=True, nogil=True)
-def conv_pointwise(x, w, bias, group, m_block, out, u0, u1):
+def conv_pointwise(x, w, bias, z, group, m_block, kind, act, out, u0, u1):
     """1x1, stride-1, unpadded conv, no im2col: units [u0, u1) of (image, group, block of `m_block` output
-    channels), each a BLAS call writing its output rows in place. x (N, C, P), w (M, C/group), out (N, M, P)."""
+    channels), each a BLAS call writing its output rows in place. x (N, C, P), w (M, C/group), out (N, M, P),
+    z out's shape or empty."""
     n_ch = x.shape[1]
     npix = x.shape[2]
     m_out = w.shape[0]
@@ -181,6 +204,7 @@ def conv_pointwise(x, w, bias, group, m_block, out, u0, u1):
     mg = m_out // group
     n_blk = (mg + m_block - 1) // m_block
     has_bias = bias.size > 0
+    has_z = z.size > 0
     for u in range(u0, u1):
         blk = u % n_blk
         rest = u // n_blk
@@ -189,9 +213,15 @@ def conv_pointwise(x, w, bias, group, m_block, out, u0, u1):
         m0 = g * mg + blk * m_block
         m1 = min(g * mg + mg, m0 + m_block)
         np.dot(w[m0:m1], x[n, g * cg:(g + 1) * cg], out[n, m0:m1])
-        if has_bias:
-            for m in range(m0, m1):
+        for m in range(m0, m1):
+            orow = out[n, m]
+            if has_bias:
                 bv = bias[m]
-                orow = out[n, m]
                 for j in range(npix):
                     orow[_u(j)] += bv
+            if has_z:
+                zrow = z[n, m]
+                for j in range(npix):
+                    orow[_u(j)] += zrow[_u(j)]
+            if kind != IDENTITY:
+                activate(orow, 0, npix, kind, act)

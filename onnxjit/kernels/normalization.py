@@ -190,7 +190,7 @@ def _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, i
         inv_std[r] = iv
 
 
-SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE = 0, 1, 2, 3
+SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)
 
 
 @njit(cache=True, parallel=True)
@@ -198,8 +198,9 @@ def rows(x, y, op, scale, bias, eps, mean, inv_std, block):
     """The row kernels over (rows, n) arrays, n >= 1, blocks of `block` rows in parallel: op SOFTMAX /
     LOG_SOFTMAX (y[r] from x[r]; the other arguments are unused), LAYER_NORM (y[r] from x[r]; scale and bias are
     (1, n), shared, or (rows, n); eps has the arrays' dtype; mean[r] and inv_std[r] receive the statistics) or
-    LAYER_NORM_INPLACE (the same over y in place; x is unused). One parallel driver serves them all, so each
-    dtype compiles one parfor."""
+    LAYER_NORM_INPLACE (the same over y in place; x is unused), or SOFTMAX_LAYER_NORM / LOG_SOFTMAX_LAYER_NORM
+    (the softmax of each block of rows, then layer norm over it while it is still in cache: one pass over
+    memory instead of two). One parallel driver serves them all, so each dtype compiles one parfor."""
     nrows, n = y.shape
     c = np.zeros(3, dtype=y.dtype)
     c[1] = 1
@@ -213,4 +214,6 @@ def rows(x, y, op, scale, bias, eps, mean, inv_std, block):
         elif op == LAYER_NORM_INPLACE:
             _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
         else:
-            _softmax_block(x, y, r0, r1, op == LOG_SOFTMAX, zero, one)
+            _softmax_block(x, y, r0, r1, op == LOG_SOFTMAX or op == LOG_SOFTMAX_LAYER_NORM, zero, one)
+            if op >= SOFTMAX_LAYER_NORM:
+                _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)

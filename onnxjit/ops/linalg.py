@@ -1,4 +1,5 @@
-"""Gemm and MatMul on the CPU provider (float32/float64), BLAS through the kernels in `onnxjit.kernels.linalg`.
+"""Gemm and MatMul on the CPU provider (float32/float64), BLAS through the kernels in `onnxjit.kernels.linalg`;
+com.onnxjit FusedGemm / FusedMatMul are the same builders with an activation epilogue (`Activation`).
 
 A GEMM is split over numba's threads by blocks of rows, or by blocks of columns, which wants B as (N, K) rows:
 transB=1 weights are that already, and for few rows (batch-1 fully connected layers) a constant B gets its
@@ -10,7 +11,7 @@ import numba
 import numpy as np
 
 from onnxjit.kernels import linalg as k
-from onnxjit.ops.nn import CHUNKS_PER_THREAD, float_type, rank_of, ro, run_units
+from onnxjit.ops.nn import CHUNKS_PER_THREAD, NO_ACTIVATION, activation_of, float_type, rank_of, ro, run_units
 from onnxjit.ops.registry import attr, register_op
 
 
@@ -42,20 +43,21 @@ class _Transposed:
 FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (see kernels.linalg.dot_cols)
 
 
-def _gemm_rows(a, b, c, alpha, beta, has_c):
-    """alpha * a @ b + beta * c, a (M, K) and b (K, N) C-contiguous, split over blocks of rows."""
+def _gemm_rows(a, b, c, alpha, beta, has_c, act=NO_ACTIVATION):
+    """act(alpha * a @ b + beta * c), a (M, K) and b (K, N) C-contiguous, split over blocks of rows."""
     m, kk = a.shape
     n = b.shape[1]
     blocks = min(m, numba.get_num_threads() * CHUNKS_PER_THREAD)
     rows = -(-m // blocks)
     out = np.empty((m, n), dtype=a.dtype)
     with k.single_threaded_blas:
-        run_units(k.gemm_rows, (ro(a), ro(b), c, alpha, beta, has_c, rows, out), -(-m // rows), m * n * kk)
+        run_units(k.gemm_rows, (ro(a), ro(b), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows, out),
+                  -(-m // rows), m * n * kk)
     return out
 
 
-def _gemm_cols(a, bt, c, alpha, beta, has_c):
-    """alpha * a @ bt.T + beta * c, a (M, K) and bt (N, K) C-contiguous, split over blocks of columns."""
+def _gemm_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
+    """act(alpha * a @ bt.T + beta * c), a (M, K) and bt (N, K) C-contiguous, split over blocks of columns."""
     m, kk = a.shape
     n = bt.shape[0]
     blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
@@ -63,13 +65,15 @@ def _gemm_cols(a, bt, c, alpha, beta, has_c):
     out = np.empty((m, n), dtype=a.dtype)
     kernel = k.dot_cols if m <= FEW_ROWS else k.gemm_cols
     with k.single_threaded_blas:
-        run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, cols, out), -(-n // cols), m * n * kk)
+        run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
+                  -(-n // cols), m * n * kk)
     return out
 
 
 def build_gemm(node):
     n_in = len(node.inputs)
-    if n_in < 2 or n_in > 3 or float_type(node, (0, 1, 2)) is None:
+    act = activation_of(node)
+    if n_in < 2 or n_in > 3 or float_type(node, (0, 1, 2)) is None or act is None:
         return None
     if any(rank_of(node, i) not in (None, 2) for i in (0, 1)):
         return None
@@ -94,25 +98,26 @@ def build_gemm(node):
             y = np.zeros((m, n), dtype=a.dtype)
             if has_c:
                 y += (beta * cc).astype(a.dtype)
-            return (y,)
+            return (act.apply(y),)
         if trans_b:  # B is (N, K) rows already
-            y = _gemm_cols(a, b, cc, alpha, beta, has_c)
+            y = _gemm_cols(a, b, cc, alpha, beta, has_c, act)
         elif m < numba.get_num_threads() and b is bt_cache.const:
-            y = _gemm_cols(a, bt_cache.of(b), cc, alpha, beta, has_c)
+            y = _gemm_cols(a, bt_cache.of(b), cc, alpha, beta, has_c, act)
         else:
-            y = _gemm_rows(a, b, cc, alpha, beta, has_c)
+            y = _gemm_rows(a, b, cc, alpha, beta, has_c, act)
         return (y,)
     return run
 
 
 for _v in (1, 6, 7, 9, 11, 13):
     register_op("Gemm", since=_v)(build_gemm)
+register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None):
-    """numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast. `bt_cache` may hold
-    the transposed copy of a constant B."""
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION):
+    """act(a @ b) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast.
+    `bt_cache` may hold the transposed copy of a constant B."""
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = a.reshape(1, -1)
@@ -126,22 +131,23 @@ def matmul(a, b, bt_cache=None):
         raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} do not multiply")
     batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     if m == 0 or n == 0 or kk == 0 or 0 in batch:
-        y = np.zeros(batch + (m, n), dtype=a.dtype)
+        y = act.apply(np.zeros(batch + (m, n), dtype=a.dtype))
     elif b.ndim == 2:  # A's batch folds into its rows: one GEMM
         a2 = np.ascontiguousarray(a).reshape(-1, kk)
         b2 = np.ascontiguousarray(b)
         no_c = np.broadcast_to(np.zeros(1, dtype=a.dtype), (1, 1))
         if a2.shape[0] < numba.get_num_threads() and bt_cache is not None and b is bt_cache.const:
-            y = _gemm_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False)
+            y = _gemm_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
         else:
-            y = _gemm_rows(a2, b2, no_c, 1.0, 0.0, False)
+            y = _gemm_rows(a2, b2, no_c, 1.0, 0.0, False, act)
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
         b3 = np.ascontiguousarray(np.broadcast_to(b, batch + (kk, n))).reshape(-1, kk, n)
         y = np.empty((a3.shape[0], m, n), dtype=a.dtype)
         with k.single_threaded_blas:
-            run_units(k.matmul_batched, (ro(a3), ro(b3), y), a3.shape[0], a3.shape[0] * m * n * kk)
+            run_units(k.matmul_batched, (ro(a3), ro(b3), act.kind, act.consts(a.dtype), y), a3.shape[0],
+                      a3.shape[0] * m * n * kk)
         y = y.reshape(batch + (m, n))
     if a_vec and b_vec:
         return y.reshape(y.shape[:-2])
@@ -153,14 +159,16 @@ def matmul(a, b, bt_cache=None):
 
 
 def build_matmul(node):
-    if len(node.inputs) != 2 or float_type(node, (0, 1)) is None:
+    act = activation_of(node)
+    if len(node.inputs) != 2 or float_type(node, (0, 1)) is None or act is None:
         return None
     if any(rank_of(node, i) == 0 for i in (0, 1)):
         return None
     const_b = _constant(node, 1)
     bt_cache = _Transposed(const_b if const_b is not None and const_b.ndim == 2 else None)
-    return lambda a, b: (matmul(a, b, bt_cache),)
+    return lambda a, b: (matmul(a, b, bt_cache, act),)
 
 
 for _v in (1, 9, 13):
     register_op("MatMul", since=_v)(build_matmul)
+register_op("FusedMatMul", since=1, domain="com.onnxjit")(build_matmul)

@@ -1,5 +1,5 @@
-"""Neural-network ops on the CPU provider (float32/float64): Conv, pooling, BatchNormalization (inference),
-Dropout (inference).
+"""Neural-network ops on the CPU provider (float32/float64): Conv (and com.onnxjit FusedConv: a Conv with a
+residual input and an activation epilogue), pooling, BatchNormalization (inference), Dropout (inference).
 
 Attributes become static arguments here; the output geometry (pads, output sizes) is computed per input shape in
 Python, cached, and handed to the Numba kernels in `onnxjit.kernels.conv` / `.pool` / `.nn`, which work over 3
@@ -14,12 +14,16 @@ import itertools
 import math
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 from onnx import TensorProto
 
+from onnxjit import contrib
+from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.kernels import conv as kconv
+from onnxjit.kernels import linalg as klinalg
 from onnxjit.kernels import nn as knn
 from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import single_threaded_blas
@@ -210,11 +214,57 @@ def pool_geometry(in_sizes, kernel, strides, dilations, pads, auto_pad, ceil_mod
     return out, head, tail
 
 
+# --- activation epilogues (com.onnxjit FusedConv / FusedGemm / FusedMatMul) --------------------------------------
+FUSED_DOMAIN = contrib.DOMAIN
+_FIXED_PARAMS = {"HardSwish": (1 / 6, 0.5)}  # x * HardSigmoid(x) with these alpha, beta
+
+
+@dataclass(frozen=True)
+class Activation:
+    """The activation a kernel applies to its output as it writes it: the kernels' code and (alpha, beta)."""
+
+    kind: int = klinalg.IDENTITY
+    alpha: float = 0.0
+    beta: float = 0.0
+
+    def consts(self, dtype):
+        return klinalg.activation_consts(self.alpha, self.beta, dtype)
+
+    def apply(self, y):
+        """The activation over a whole array, in place (for outputs no kernel writes: empty reductions)."""
+        if self.kind != klinalg.IDENTITY and y.size:
+            flat = y.reshape(-1)
+            klinalg.activate(flat, 0, flat.size, self.kind, self.consts(y.dtype))
+        return y
+
+
+NO_ACTIVATION = Activation()
+
+
+def activation_of(node):
+    """The node's activation epilogue: none for an ONNX op; for a com.onnxjit fused op its `activation` and
+    `activation_params` attributes, or None when the kernels do not have that activation."""
+    if node.domain != FUSED_DOMAIN:
+        return NO_ACTIVATION
+    name = attr(node, "activation", "Identity")
+    params = [float(v) for v in attr(node, "activation_params", None) or []]
+    if name not in ACTIVATION_PARAM_COUNTS or len(params) != ACTIVATION_PARAM_COUNTS[name]:
+        return None
+    alpha, beta = (list(_FIXED_PARAMS.get(name, params)) + [0.0, 0.0])[:2]
+    return Activation(klinalg.ACTIVATIONS.index(name), alpha, beta)
+
+
 # --- Conv ------------------------------------------------------------------------------------------------------
 @register_op("Conv", since=1)
 @register_op("Conv", since=11)
+@register_op("FusedConv", since=1, domain=FUSED_DOMAIN)
 def build_conv(node):
-    if len(node.inputs) < 2 or float_type(node, (0, 1, 2)) is None or wanted_outputs(node) != 1:
+    """Conv, and FusedConv: Conv(X, W, B) + Z (its optional 4th input, of the output's shape), then the
+    activation, both applied by the kernels as they write each output row."""
+    act = activation_of(node)
+    n_in = 4 if node.domain == FUSED_DOMAIN else 3
+    if not 2 <= len(node.inputs) <= n_in or float_type(node, range(n_in)) is None or wanted_outputs(node) != 1 \
+            or act is None:
         return None
     auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in AUTO_PADS:
@@ -291,26 +341,33 @@ def build_conv(node):
                           tile_rows, m_blocks, units, work)
         return p
 
-    def run(x, w, b=None):
+    def run(x, w, b=None, z=None):
         shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = \
             plan(x.shape, w.shape, x.dtype.itemsize)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
+        if z is not None and z.shape != shape:
+            raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
+        consts = act.consts(x.dtype)
         if mode == "pointwise":
             y = np.empty((shape[0], shape[1], math.prod(shape[2:])), dtype=x.dtype)
+            z3 = ro(z.reshape(y.shape) if z is not None else np.empty((0, 0, 0), dtype=x.dtype))
             with single_threaded_blas:
                 run_units(kconv.conv_pointwise, (ro(x.reshape(y.shape[0], x.shape[1], y.shape[2])),
-                                                 ro(w.reshape(w.shape[0], w.shape[1])), bias, group, m_blocks, y),
+                                                 ro(w.reshape(w.shape[0], w.shape[1])), bias, z3, group, m_blocks,
+                                                 act.kind, consts, y),
                           units, work)
             return (y.reshape(shape),)
         x5 = ro(_as5d(np.ascontiguousarray(x), r))
         w5 = ro(_as5d(np.ascontiguousarray(w), r))
+        z5 = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
         y = np.empty(shape5, dtype=x.dtype)
         if mode == "direct":
-            run_units(kconv.conv_direct, (x5, w5, bias, group, k, s, d, p, taps, y), units, work)
+            run_units(kconv.conv_direct, (x5, w5, bias, z5, group, k, s, d, p, taps, act.kind, consts, y), units,
+                      work)
         else:
             with single_threaded_blas:
-                run_units(kconv.conv_gemm, (x5, w5, bias, group, k, s, d, p, taps, tile_rows, m_blocks, y),
-                          units, work)
+                run_units(kconv.conv_gemm, (x5, w5, bias, z5, group, k, s, d, p, taps, tile_rows, m_blocks,
+                                            act.kind, consts, y), units, work)
         return (y.reshape(shape),)
 
     return run

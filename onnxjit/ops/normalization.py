@@ -14,6 +14,10 @@ for double inputs). When X is a dead buffer freshly made by one of this module's
 no other reader of the softmax output), Y is written over it: no new buffer to fault in, no read-for-ownership
 of the destination (see `input_is_dead_fresh_buffer`).
 
+The com.onnxjit LayerNormalization (the same op for models older than opset 17) runs the same builder;
+com.onnxjit SkipLayerNormalization adds input + skip (+ bias) in the input dtype into a fresh buffer, then runs the
+layer-norm rows over it, in place unless the sum is an output too.
+
 Builders decline a known input dtype that is not a float, and stash types other than float, double and
 bfloat16.
 """
@@ -28,8 +32,8 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import np_dtype
 from onnxjit.kernels import normalization as kn
 from onnxjit.kernels import reduce as kr
-from onnxjit.ops.reduce import F64, compute_float, input_elem, ro
-from onnxjit.ops.registry import attr, register_op
+from onnxjit.ops.reduce import F32, F64, compute_float, input_elem, ro
+from onnxjit.ops.registry import attr, register_op, register_pair
 
 FLOATS = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, T.DOUBLE})
 # Softmax on halves is left to the fallback: computing in float32 and rounding once differs from the
@@ -176,7 +180,11 @@ def layer_norm(x, scale, bias, axis: int, eps: float, stash_dtype: np.dtype, n_o
         y = np.empty((rows, n), cdt)  # nothing to normalize
         mean.fill(0)
         inv.fill(1 / math.sqrt(eps))
-    outs = [y.reshape(shape) if cdt == dtype else y.reshape(shape).astype(dtype)]
+    return _layer_norm_outputs(y, mean, inv, shape, dtype, stat_shape, stash_dtype, n_out)
+
+
+def _layer_norm_outputs(y, mean, inv, shape, dtype, stat_shape, stash_dtype, n_out) -> list:
+    outs = [y.reshape(shape) if y.dtype == dtype else y.reshape(shape).astype(dtype)]
     if n_out > 1:
         outs.append(mean.astype(stash_dtype, copy=False).reshape(stat_shape))
     if n_out > 2:
@@ -184,7 +192,30 @@ def layer_norm(x, scale, bias, axis: int, eps: float, stash_dtype: np.dtype, n_o
     return outs
 
 
-def build_layer_norm(node):
+def softmax_layer_norm(x, mode: int, sm_axis: int, per_axis: bool, scale, bias, ln_axis: int, eps: float,
+                       stash_dtype: np.dtype, n_out: int) -> list:
+    """LayerNormalization(Softmax(x)) in one pass over memory when both normalize the last axis of a float32
+    (stash float32) or float64 tensor; otherwise the two ops one after the other."""
+    x = np.asarray(x)
+    shape, dtype, r = x.shape, x.dtype, x.ndim
+    last = r - 1
+    if (r == 0 or x.size == 0 or dtype not in (F32, F64) or (dtype == F32 and stash_dtype != F32)
+            or (sm_axis + r if sm_axis < 0 else sm_axis) != last or (ln_axis + r if ln_axis < 0 else ln_axis) != last):
+        return layer_norm(softmax(x, sm_axis, mode, per_axis), scale, bias, ln_axis, eps, stash_dtype, n_out,
+                          inplace=True)
+    n = shape[last]
+    rows = x.size // n
+    sc = _param_rows(scale, shape, last, rows, n, dtype)
+    bi = ro(np.zeros((1, n), dtype)) if bias is None else _param_rows(bias, shape, last, rows, n, dtype)
+    y = np.empty((rows, n), dtype)
+    mean, inv = np.empty(rows, dtype), np.empty(rows, dtype)
+    op = kn.LOG_SOFTMAX_LAYER_NORM if mode == LOGSOFTMAX else kn.SOFTMAX_LAYER_NORM
+    _run_rows(ro(np.ascontiguousarray(x).reshape(rows, n)), y, op, sc, bi, eps, mean, inv)
+    return _layer_norm_outputs(y, mean, inv, shape, dtype, shape[:last] + (1,), stash_dtype, n_out)
+
+
+def _layer_norm_params(node):
+    """(axis, epsilon, stash dtype, number of outputs) of a LayerNormalization node this module runs, else None."""
     if len(node.inputs) < 2 or node.inputs[0] is None or node.inputs[1] is None:
         return None
     for i in range(min(len(node.inputs), 3)):
@@ -194,15 +225,18 @@ def build_layer_norm(node):
     stash = int(attr(node, "stash_type", T.FLOAT))
     if stash not in _STASH:
         return None
-    stash_dtype = _STASH[stash]
-    axis = int(attr(node, "axis", -1))
-    eps = float(attr(node, "epsilon", 1e-5))
     n_out = 0
     for i, v in enumerate(node.outputs):
         if v is not None and v.name:
             n_out = i + 1
-    n_out = max(n_out, 1)
+    return int(attr(node, "axis", -1)), float(attr(node, "epsilon", 1e-5)), _STASH[stash], max(n_out, 1)
 
+
+def build_layer_norm(node):
+    params = _layer_norm_params(node)
+    if params is None:
+        return None
+    axis, eps, stash_dtype, n_out = params
     inplace = input_is_dead_fresh_buffer(node)
 
     def run(x, scale, bias=None):
@@ -211,3 +245,58 @@ def build_layer_norm(node):
 
 
 register_op("LayerNormalization", since=17)(build_layer_norm)
+register_op("LayerNormalization", since=1, domain="com.onnxjit")(build_layer_norm)
+
+
+def _build_softmax_layer_norm(mode: int):
+    def build(softmax_node, ln_node):
+        if ln_node.opset < 17 or _softmax_builder(mode, softmax_node.opset >= 13)(softmax_node) is None:
+            return None
+        params = _layer_norm_params(ln_node)
+        if params is None:
+            return None
+        axis, eps, stash_dtype, n_out = params
+        per_axis = softmax_node.opset >= 13
+        sm_axis = int(attr(softmax_node, "axis", -1 if per_axis else 1))
+
+        def run(x, scale, bias=None):
+            return softmax_layer_norm(x, mode, sm_axis, per_axis, scale, bias, axis, eps, stash_dtype, n_out)
+        return run
+    return build
+
+
+register_pair("Softmax", "LayerNormalization")(_build_softmax_layer_norm(SOFTMAX))
+register_pair("LogSoftmax", "LayerNormalization")(_build_softmax_layer_norm(LOGSOFTMAX))
+
+
+# --- com.onnxjit SkipLayerNormalization -----------------------------------------------------------------------------
+def skip_layer_norm(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum: bool):
+    """SkipLayerNormalization's outputs (see onnxjit.contrib.normalization): the sum in the input dtype into a
+    fresh buffer, then the layer-norm rows over it (in place when the sum is not an output itself)."""
+    x, skip = np.asarray(x), np.asarray(skip)
+    total = np.add(x, skip)
+    if bias is not None:
+        np.add(total, bias, out=total, casting="unsafe")
+    stash = F64 if total.dtype == F64 else np.dtype(np.float32)
+    if want_sum:
+        return layer_norm(total, gamma, beta, -1, eps, stash, 3) + [total]
+    return layer_norm(total, gamma, beta, -1, eps, stash, max(n_out, 1), inplace=True)
+
+
+def build_skip_layer_norm(node):
+    if len(node.inputs) < 3 or any(v is None for v in node.inputs[:3]):
+        return None
+    elems = {input_elem(node, i) for i, v in enumerate(node.inputs[:5]) if v is not None}
+    if len(elems) != 1 or not elems <= FLOATS:
+        return None
+    eps = float(attr(node, "epsilon", 1e-5))
+    present = [i for i, v in enumerate(node.outputs) if v is not None and v.name]
+    n_out = max(present, default=0) + 1
+    want_sum = n_out >= 4
+
+    def run(x, skip, gamma, beta=None, bias=None):
+        return skip_layer_norm(x, skip, gamma, beta, bias, eps, n_out, want_sum)
+    return run
+
+
+register_op("SkipLayerNormalization", since=1, domain="com.onnxjit")(build_skip_layer_norm)

@@ -35,6 +35,28 @@ def builder_for(node: Node) -> Builder | None:
     return None if since is None else versions[since]
 
 
+# --- pairs run as one kernel ---------------------------------------------------------------------------------
+# A pair builder takes (producer, consumer) where the consumer's input 0 is the producer's only output and read
+# by nothing else; it returns a kernel `fn(*producer_inputs, *consumer_inputs[1:]) -> consumer outputs` that
+# computes both in one pass over memory (Softmax -> LayerNormalization), or None.
+PairBuilder = Callable[[Node, Node], "Kernel | None"]
+PAIRS: dict[tuple[str, str], PairBuilder] = {}
+
+
+def register_pair(producer_op: str, consumer_op: str) -> Callable[[PairBuilder], PairBuilder]:
+    """Register a pair builder for ai.onnx producer_op -> consumer_op (any opsets; the builder checks them)."""
+    def deco(build: PairBuilder) -> PairBuilder:
+        PAIRS[(producer_op, consumer_op)] = build
+        return build
+    return deco
+
+
+def pair_builder_for(producer: Node, consumer: Node) -> PairBuilder | None:
+    if producer.domain != "" or consumer.domain != "":
+        return None
+    return PAIRS.get((producer.op_type, consumer.op_type))
+
+
 # --- helpers builders use ------------------------------------------------------------------------------------
 def attr(node: Node, name: str, default: Any = None) -> Any:
     a = node.attributes.get(name)

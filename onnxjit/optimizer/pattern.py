@@ -52,8 +52,8 @@ def replace_value(graph: Graph, old: Value, new: Value) -> None:
         if new.producer is None or new.name in pinned_names(graph):
             raise ValueError(f"cannot replace pinned value {old.name!r} by {new.name!r}")
         new.name = old.name
-        if new.type is None:
-            new.type = old.type
+        if new.type is None or (old.type is not None and any(o is old for o in graph.outputs)):
+            new.type = old.type  # a graph output's declared type is what callers see (get_outputs)
         graph.outputs = [new if o is old else o for o in graph.outputs]
 
 
@@ -138,5 +138,57 @@ def replace_with_node(graph: Graph, ctx: Any, matched: list[Node], op_type: str,
     for old, new in zip(olds, outs):
         if old is not None:
             replace_value(graph, old, new)
+    read = [v for n in matched for v in n.inputs if v is not None]
     remove_nodes(graph, matched)
+    remove_dead_producers(graph, read)
     return node
+
+
+def remove_dead_producers(graph: Graph, values: list[Value]) -> None:
+    """Remove the nodes that computed `values` when no one reads any of their outputs any more (say a mask's
+    computation after the fusion that read it), and so on up the chain."""
+    pinned = pinned_names(graph)
+    stack = list(values)
+    while stack:
+        p = stack.pop().producer
+        if p is None or p.graph is not graph or any(v.uses or v.name in pinned for v in p.outputs) \
+                or any(True for _ in p.subgraphs()):
+            continue
+        stack.extend(v for v in p.inputs if v is not None)
+        graph.remove(p)
+
+
+def attr_value(node: Node, name: str, default: Any = None) -> Any:
+    """The Python value of attribute `name`, or `default` when the node does not set it."""
+    a = node.attributes.get(name)
+    return default if a is None or a.ref_attr_name else a.value
+
+
+def set_input(node: Node, i: int, value: Value | None) -> None:
+    """Make input `i` of `node` read `value`, adding absent inputs up to `i` where the node has fewer."""
+    while len(node.inputs) <= i:
+        node.inputs.append(None)
+    node.set_input(i, value)
+
+
+def can_replace(graph: Graph, old: Value, new: Value, pinned: set[str] | None = None) -> bool:
+    """Whether `replace_value(graph, old, new)` can keep every pinned name: `old` is not pinned, or `new` is a node
+    output that is itself not pinned (so it can take `old`'s name)."""
+    pinned = pinned if pinned is not None else pinned_names(graph)
+    return old.name not in pinned or (new.producer is not None and new.name not in pinned)
+
+
+def constant_ints(node: Node, graph: Graph, name: str, index: int, since: int) -> tuple[bool, tuple[int, ...] | None]:
+    """An int-list operand that opset `since` moved from attribute `name` to input `index` (Squeeze's axes,
+    Slice's starts, Pad's pads...): (known, values), values None when the node leaves it out, known False when it
+    is an input that is not a constant."""
+    if node.opset < since:
+        value = attr_value(node, name)
+        return True, None if value is None else tuple(int(x) for x in value)
+    v = node.inputs[index] if index < len(node.inputs) else None
+    if v is None:
+        return True, None
+    c = const_value(v, graph)
+    if c is None or c.dtype.kind not in "iu":
+        return False, None
+    return True, tuple(int(x) for x in c.reshape(-1))

@@ -130,7 +130,9 @@ class CompiledGraph:
                 env.pop(n, None)
             if should_stop is not None and should_stop():
                 raise RuntimeException("run was terminated through RunOptions.terminate")
-        return [env[n] for n in self.output_names]
+        # an output that is a constant of the graph is handed out as a copy, so a caller cannot change later runs
+        return [env[n].copy() if n in self.constants and isinstance(env[n], np.ndarray) and env[n] is
+                self.constants[n] else env[n] for n in self.output_names]
 
 
 def _describe(a: Any) -> str:

@@ -1,0 +1,325 @@
+"""Conv/Gemm/MatMul + activation fusion (com.onnxjit FusedConv/FusedGemm/FusedMatMul): the fused ops appear
+where every precondition holds and not otherwise, results equal onnxruntime's, and each fused op's CPU kernel
+equals its reference implementation (the fallback provider's)."""
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from conftest import assert_same, make_model, ort_run, tensor
+from onnx import TensorProto, helper, numpy_helper
+
+import onnxjit
+from onnxjit.contrib import DOMAIN
+
+F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
+
+
+def _init(name, arr):
+    return numpy_helper.from_array(arr, name)
+
+
+def _session(model, level=onnxjit.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, fallback=True):
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = level
+    if not fallback:
+        so.add_session_config_entry("session.disable_fallback_provider", "1")
+    return onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _check(model, feeds, fused_op=None, count=1):
+    """Run at the extended level: `fused_op` appears `count` times (none when None) and outputs equal
+    onnxruntime's."""
+    sess = _session(model)
+    ops = sess.optimization_report.after
+    for op in ("FusedConv", "FusedGemm", "FusedMatMul"):
+        want = count if op == fused_op else 0
+        assert ops[f"{DOMAIN}::{op}"] == want, dict(ops)
+    for got, want in zip(sess.run(None, feeds), ort_run(model, feeds)):
+        assert_same(got, want)
+    return ops
+
+
+def _conv_model(after, *, dtype=np.float32, opset=17, extra_inits=(), extra_inputs=(), outputs=("y",), cin=4,
+                cout=4, seed=0, **conv_attrs):
+    """x [2, cin, 6, 5] -> Conv 3x3 (pads 1) -> c, then the `after` nodes (ending in y)."""
+    rng = np.random.default_rng(seed)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    conv_attrs.setdefault("pads", [1, 1, 1, 1])
+    w_shape = (cout, cin // conv_attrs.get("group", 1), 3, 3)
+    # weights scaled to outputs of about unit size: rounding then stays within the float32 tolerance
+    inits = [_init("w", (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(dtype)),
+             _init("b", rng.standard_normal(cout).astype(dtype)), *extra_inits]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **conv_attrs), *after]
+    inputs = [tensor("x", elem, [2, cin, 6, 5]), *extra_inputs]
+    model = make_model(nodes, inputs, [tensor(o, elem, None) for o in outputs], opset=opset, initializers=inits)
+    feeds = {"x": rng.standard_normal((2, cin, 6, 5)).astype(dtype)}
+    for vi in extra_inputs:
+        shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
+        feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
+    return model, feeds
+
+
+ACTIVATIONS = [("Relu", {}), ("LeakyRelu", {"alpha": 0.2}), ("Sigmoid", {}), ("Tanh", {}),
+               ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("Elu", {"alpha": 0.7}), ("Selu", {}),
+               ("HardSwish", {}), ("Softplus", {}), ("ThresholdedRelu", {"alpha": 0.5})]
+
+
+@pytest.mark.parametrize("act,attrs", ACTIVATIONS, ids=[a for a, _ in ACTIVATIONS])
+def test_conv_activation(act, attrs):
+    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"], **attrs)])
+    _check(model, feeds, "FusedConv")
+
+
+@pytest.mark.parametrize("opset", [6, 11, 13])
+def test_conv_clip(opset):
+    if opset < 11:
+        clip = helper.make_node("Clip", ["c"], ["y"], min=-0.5, max=1.5)
+        inits = ()
+    else:
+        clip = helper.make_node("Clip", ["c", "lo", "hi"], ["y"])
+        inits = (_init("lo", np.array(-0.5, np.float32)), _init("hi", np.array(1.5, np.float32)))
+    model, feeds = _conv_model([clip], opset=opset, extra_inits=inits)
+    _check(model, feeds, "FusedConv")
+
+
+def test_conv_clip_only_max():
+    clip = helper.make_node("Clip", ["c", "", "hi"], ["y"])
+    model, feeds = _conv_model([clip], extra_inits=(_init("hi", np.array(0.25, np.float32)),))
+    _check(model, feeds, "FusedConv")
+
+
+def test_conv_clip_bounds_not_constant():
+    clip = helper.make_node("Clip", ["c", "lo", "hi"], ["y"])
+    model, feeds = _conv_model([clip], extra_inits=(_init("hi", np.array(1.5, np.float32)),),
+                               extra_inputs=(tensor("lo", F32, []),))
+    _check(model, feeds, None)
+
+
+def test_conv_clip_float64_bound_not_a_float():
+    clip = helper.make_node("Clip", ["c", "lo"], ["y"])
+    model, feeds = _conv_model([clip], dtype=np.float64, extra_inits=(_init("lo", np.array(0.1, np.float64)),))
+    sess = _session(model)
+    assert sess.optimization_report.after[f"{DOMAIN}::FusedConv"] == 0
+    want = np.maximum(_session(model, onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL).run(None, feeds)[0], 0.1)
+    assert_same(sess.run(None, feeds)[0], want)
+
+
+def test_conv_float64_depthwise_relu():
+    model, feeds = _conv_model([helper.make_node("Relu", ["c"], ["y"])], dtype=np.float64, group=4)
+    sess = _session(model)
+    assert sess.optimization_report.after[f"{DOMAIN}::FusedConv"] == 1
+    plain = _session(model, onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    assert_same(sess.run(None, feeds)[0], plain.run(None, feeds)[0])
+
+
+def test_conv_residual_add_relu():
+    """Conv -> Add(shortcut) -> Relu: one FusedConv with Z, in either Add operand order; pointwise conv too."""
+    for order in (["c", "z"], ["z", "c"]):
+        model, feeds = _conv_model([helper.make_node("Add", order, ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                                   extra_inputs=(tensor("z", F32, [2, 4, 6, 5]),))
+        ops = _check(model, feeds, "FusedConv")
+        assert ops["Add"] == 0 and ops["Relu"] == 0
+    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["y"])], pads=[0, 0, 0, 0],
+                               extra_inputs=(tensor("z", F32, [2, 4, 4, 3]),))
+    _check(model, feeds, "FusedConv")
+
+
+def test_conv_add_broadcast_not_fused():
+    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                               extra_inputs=(tensor("z", F32, [1, 4, 6, 5]),))
+    ops = _check(model, feeds, None)
+    assert ops["Conv"] == 1 and ops["Add"] == 1
+
+
+def test_conv_output_used_twice():
+    model, feeds = _conv_model([helper.make_node("Relu", ["c"], ["y"]), helper.make_node("Neg", ["c"], ["y2"])],
+                               outputs=("y", "y2"))
+    _check(model, feeds, None)
+
+
+def test_conv_output_is_graph_output():
+    model, feeds = _conv_model([helper.make_node("Relu", ["c"], ["y"])], outputs=("y", "c"))
+    _check(model, feeds, None)
+
+
+def test_unsupported_activation():
+    model, feeds = _conv_model([helper.make_node("Softsign", ["c"], ["y"])])
+    _check(model, feeds, None)
+
+
+def test_not_for_other_providers():
+    model, feeds = _conv_model([helper.make_node("Relu", ["c"], ["y"])])
+    sess = onnxjit.InferenceSession(model.SerializeToString(), providers=["FallbackExecutionProvider"])
+    assert sess.optimization_report.after[f"{DOMAIN}::FusedConv"] == 0
+    assert_same(sess.run(None, feeds)[0], ort_run(model, feeds)[0])
+
+
+def _gemm_model(after, *, trans_b=1, rows=5, dtype=np.float32, seed=1):
+    rng = np.random.default_rng(seed)
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    w = rng.standard_normal((7, 6) if trans_b else (6, 7)).astype(dtype)
+    nodes = [helper.make_node("Gemm", ["a", "w", "c"], ["g"], transB=trans_b, alpha=0.5, beta=2.0), *after]
+    model = make_model(nodes, [tensor("a", elem, [rows, 6])], [tensor("y", elem, None)],
+                       initializers=[_init("w", w), _init("c", rng.standard_normal(7).astype(dtype))])
+    return model, {"a": rng.standard_normal((rows, 6)).astype(dtype)}
+
+
+@pytest.mark.parametrize("trans_b,rows", [(1, 5), (0, 5), (1, 2), (0, 1)])
+def test_gemm_activation(trans_b, rows):
+    model, feeds = _gemm_model([helper.make_node("LeakyRelu", ["g"], ["y"], alpha=0.1)], trans_b=trans_b,
+                               rows=rows)
+    _check(model, feeds, "FusedGemm")
+
+
+def test_gemm_output_used_twice():
+    model, feeds = _gemm_model([helper.make_node("Relu", ["g"], ["r"]), helper.make_node("Add", ["r", "g"], ["y"])])
+    _check(model, feeds, None)
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 6), (6, 7)), ((2, 3, 6), (6, 7)), ((2, 3, 6), (2, 6, 7)),
+                                             ((6,), (6, 7))])
+def test_matmul_activation(a_shape, b_shape):
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Tanh", ["m"], ["y"])]
+    model = make_model(nodes, [tensor("a", F32, a_shape)], [tensor("y", F32, None)],
+                       initializers=[_init("b", rng.standard_normal(b_shape).astype(np.float32))])
+    _check(model, {"a": rng.standard_normal(a_shape).astype(np.float32)}, "FusedMatMul")
+
+
+def test_matmul_integer_not_fused():
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
+    model = make_model(nodes, [tensor("a", TensorProto.INT32, [3, 4]), tensor("b", TensorProto.INT32, [4, 2])],
+                       [tensor("y", TensorProto.INT32, None)])
+    rng = np.random.default_rng(3)
+    _check(model, {"a": rng.integers(-5, 5, (3, 4)).astype(np.int32),
+                   "b": rng.integers(-5, 5, (4, 2)).astype(np.int32)}, None)
+
+
+# --- each com.onnxjit op: CPU kernel == reference implementation ------------------------------------------------
+def _fused_model(op, inputs, attrs, dtype):
+    """One com.onnxjit node; `inputs` (name, array or None, is_initializer)."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    names = [n if a is not None else "" for n, a, _ in inputs]
+    node = helper.make_node(op, names, ["y"], domain=DOMAIN, **attrs)
+    vis = [tensor(n, elem, a.shape) for n, a, init in inputs if a is not None and not init]
+    inits = [_init(n, a) for n, a, init in inputs if a is not None and init]
+    model = make_model([node], vis, [tensor("y", elem, None)], initializers=inits, extra_opsets={DOMAIN: 1})
+    return model, {n: a for n, a, init in inputs if a is not None and not init}
+
+
+def _kernel_vs_reference(model, feeds):
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    native = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    assert all(s.provider == "CPUExecutionProvider" for s in native._compiled.steps)
+    from onnx.reference import ReferenceEvaluator
+
+    from onnxjit.contrib import load_reference_ops
+    ref = ReferenceEvaluator(model, new_ops=list(load_reference_ops().values()))
+    assert_same(native.run(None, feeds)[0], ref.run(None, feeds)[0])
+
+
+REF_ACTIVATIONS = [("Identity", []), ("Relu", []), ("LeakyRelu", [0.1]), ("Sigmoid", []), ("Tanh", []),
+                   ("Clip", [-0.5, 0.75]), ("HardSigmoid", [0.2, 0.5]), ("Elu", [1.5]), ("Selu", [1.6, 1.05]),
+                   ("HardSwish", []), ("Softplus", []), ("ThresholdedRelu", [0.4])]
+
+
+def _act_attrs(act, params):
+    return {"activation": act, **({"activation_params": params} if params else {})}
+
+
+@pytest.mark.parametrize("act,params", REF_ACTIVATIONS, ids=[a for a, _ in REF_ACTIVATIONS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_conv_kernel_equals_reference(act, params, dtype):
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 4, 7, 6)).astype(dtype)
+    cases = [  # (W shape, B?, Z?, attributes): im2col, pointwise, depthwise (direct), strided 1-D
+        ((6, 4, 3, 3), True, True, {"pads": [1, 1, 1, 1]}),
+        ((6, 4, 1, 1), True, True, {}),
+        ((4, 1, 3, 3), False, True, {"group": 4, "pads": [1, 0, 1, 0]}),
+        ((6, 4, 3, 3), True, False, {"strides": [2, 2]}),
+    ]
+    for w_shape, with_b, with_z, conv_attrs in cases:
+        w = rng.standard_normal(w_shape).astype(dtype)
+        b = rng.standard_normal(w_shape[0]).astype(dtype) if with_b else None
+        y_shape = onnxjit_conv_shape(x.shape, w_shape, conv_attrs)
+        z = rng.standard_normal(y_shape).astype(dtype) if with_z else None
+        model, feeds = _fused_model("FusedConv", [("x", x, False), ("w", w, True), ("b", b, True), ("z", z, False)],
+                                    {**conv_attrs, **_act_attrs(act, params)}, dtype)
+        _kernel_vs_reference(model, feeds)
+
+
+def onnxjit_conv_shape(xs, ws, attrs):
+    pads = attrs.get("pads", [0] * 4)
+    strides = attrs.get("strides", [1, 1])
+    return (xs[0], ws[0]) + tuple((xs[2 + i] + pads[i] + pads[i + 2] - ws[2 + i]) // strides[i] + 1 for i in (0, 1))
+
+
+@pytest.mark.parametrize("act,params", REF_ACTIVATIONS[:6], ids=[a for a, _ in REF_ACTIVATIONS[:6]])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_gemm_matmul_kernel_equals_reference(act, params, dtype):
+    rng = np.random.default_rng(5)
+    for rows, trans_b in ((6, 0), (2, 1)):
+        a = rng.standard_normal((rows, 5)).astype(dtype)
+        b = rng.standard_normal((3, 5) if trans_b else (5, 3)).astype(dtype)
+        c = rng.standard_normal(3).astype(dtype)
+        model, feeds = _fused_model("FusedGemm", [("a", a, False), ("b", b, True), ("c", c, False)],
+                                    {"transB": trans_b, "alpha": 0.7, "beta": 1.5, **_act_attrs(act, params)}, dtype)
+        _kernel_vs_reference(model, feeds)
+    for a_shape, b_shape in (((4, 5), (5, 3)), ((2, 4, 5), (2, 5, 3))):
+        model, feeds = _fused_model("FusedMatMul", [("a", rng.standard_normal(a_shape).astype(dtype), False),
+                                                    ("b", rng.standard_normal(b_shape).astype(dtype), False)],
+                                    _act_attrs(act, params), dtype)
+        _kernel_vs_reference(model, feeds)
+
+
+# --- light models ---------------------------------------------------------------------------------------------
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def _random_weights(model, seed=0):
+    """The light model with the in-graph ConstantOfShape weights of its Conv/Gemm layers replaced by random
+    stored ones (He-scaled weights, small biases; other constants kept), as ../shared/bench/lightbench.py does:
+    uniform weights make every channel equal and would hide layout or fusion mistakes."""
+    rng = np.random.default_rng(seed)
+    inits = {i.name: i for i in model.graph.initializer}
+    role = {v: k for n in model.graph.node if n.op_type in ("Conv", "Gemm") for k, v in enumerate(n.input[1:3], 1)}
+    keep, new = [], []
+    for n in model.graph.node:
+        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
+            shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]).reshape(-1))
+            val = next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), np.zeros(1, np.float32))
+            r = role.get(n.output[0])
+            if r == 1 and val.dtype == np.float32:
+                arr = (rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))).astype(np.float32)
+            elif r == 2 and val.dtype == np.float32:
+                arr = (rng.standard_normal(shape) * 0.01).astype(np.float32)
+            else:
+                arr = np.full(shape, val.reshape(-1)[0], dtype=val.dtype)
+            new.append(numpy_helper.from_array(arr, n.output[0]))
+        else:
+            keep.append(n)
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    m.graph.initializer.extend(new)
+    return m
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
+def test_light_model_all_levels(name):
+    (path,) = glob.glob(os.path.join(LIGHT, f"light_{name}.onnx"))
+    model = _random_weights(onnx.load(path))
+    rng = np.random.default_rng(6)
+    feeds = {i.name: rng.random([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
+             for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}}
+    sess = _session(model, onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL, fallback=False)
+    assert sess.optimization_report.after[f"{DOMAIN}::FusedConv"] > 0
+    got = sess.run(None, feeds)[0]
+    want = ort_run(model, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
