@@ -18,7 +18,7 @@ def make_runner(runtime: str, model_bytes: bytes, level: str = "all"):
     if runtime == "onnxruntime":
         import onnxruntime
         so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = LEVELS[level]
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel(LEVELS[level])
         sess = onnxruntime.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     else:
         import onnxjit

@@ -15,6 +15,13 @@ import onnxjit
 IR_VERSION = 8  # every onnxruntime release this project supports reads IR 8
 
 
+def pytest_configure(config):
+    # with -n, keep each xdist_group (one light model at every level) on one worker, so it loads the model and runs
+    # onnxruntime once; set here rather than in addopts, where --dist would switch pytest-benchmark off
+    if getattr(config.option, "dist", "no") == "load":
+        config.option.dist = "loadgroup"
+
+
 def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[onnx.ValueInfoProto],
                outputs: Sequence[onnx.ValueInfoProto], *, opset: int = 17, initializers=(),
                extra_opsets: dict[str, int] | None = None, functions=(), name: str = "g",

@@ -1,8 +1,9 @@
 """Scaled dot-product attention over 4-D Q [B, Hq, S, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv].
 
-One (batch, head) pair after another (serial: BLAS inside a parallel loop oversubscribes the cores, ~9x
-slower measured): scores = Q K^T (BLAS through np.dot) * scale + bias, a stable
-softmax per row, then P V (np.dot into the output). The bias is an additive float mask viewed as
+The (batch, head) pairs [bh0, bh1) one after another; the op layer hands ranges of them to its thread pool
+(`ops.nn.run_units`, with BLAS single-threaded meanwhile: BLAS threads nested in a parallel loop
+oversubscribed the cores, ~9x slower measured, and left spinning threads that halved the speed of later MatMuls):
+scores = Q K^T * scale + bias (BLAS through np.dot), a stable softmax per row, then P V (np.dot into the output). The bias is an additive float mask viewed as
 [B, Hq, S, L] (broadcast strides allowed) plus, with `causal`, -inf above the diagonal. A row whose bias is -inf
 everywhere gives zeros (ONNX Attention's rule for fully masked rows).
 """
@@ -62,16 +63,17 @@ def _softmax_rows(scores, bias, has_bias, causal, scale):
         row[stop:] = zero
 
 
-@njit(cache=True)
-def attention(q, k, v, bias, has_bias, causal, scale, out):
-    """out[b, h] = softmax(q[b, h] k[b, h // r]^T * scale + bias[b, h]) v[b, h // r], r = Hq // Hkv.
-    q, k, v, out C-contiguous; bias any strides (unused when not has_bias)."""
-    batch, heads = q.shape[0], q.shape[1]
+@njit(cache=True, nogil=True)
+def attention(q, k, v, bias, has_bias, causal, scale, out, bh0, bh1):
+    """out[b, h] = softmax(q[b, h] k[b, h // r]^T * scale + bias[b, h]) v[b, h // r], r = Hq // Hkv, for the
+    flattened (batch, head) pairs [bh0, bh1). q, k, v, out C-contiguous; bias any strides (unused when not
+    has_bias)."""
+    heads = q.shape[1]
     group = heads // k.shape[1]
-    for bh in range(batch * heads):
+    for bh in range(bh0, bh1):
         b = bh // heads
         h = bh - b * heads
         kv = h // group
         scores = np.dot(q[b, h], k[b, kv].T)
         _softmax_rows(scores, bias[b, h], has_bias, causal, scale)
-        out[b, h] = np.dot(scores, v[b, kv])
+        np.dot(scores, v[b, kv], out[b, h])

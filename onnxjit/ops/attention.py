@@ -15,6 +15,8 @@ import numpy as np
 from onnx import TensorProto as T
 
 from onnxjit.kernels import attention as ka
+from onnxjit.kernels import linalg as kl
+from onnxjit.ops.nn import run_units
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
@@ -47,7 +49,10 @@ def attention(q, k, v, mask, scale: float | None, causal: bool) -> np.ndarray:
         bias = np.zeros((1, 1, 1, 1), dtype)
         bias = np.broadcast_to(bias, (batch, heads, s, total))
     scale = 1 / math.sqrt(d) if scale is None else scale
-    ka.attention(q, k, v, bias, mask is not None, bool(causal), dtype.type(scale), out)
+    work = 2 * batch * heads * s * total * (d + v.shape[3])
+    with kl.single_threaded_blas:
+        run_units(ka.attention, (q, k, v, bias, mask is not None, bool(causal), dtype.type(scale), out),
+                  batch * heads, work)
     return out
 
 
