@@ -3,8 +3,6 @@ where every precondition holds and not otherwise, results equal onnxruntime's, a
 equals its reference implementation (the fallback provider's)."""
 from __future__ import annotations
 
-import glob
-import os
 
 import numpy as np
 import onnx
@@ -14,6 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
 from onnxjit.contrib import DOMAIN
+from onnxjit.testing.zoo import light_model_case, with_random_weights
 
 F32, F64 = TensorProto.FLOAT, TensorProto.DOUBLE
 
@@ -278,43 +277,10 @@ def test_fused_gemm_matmul_kernel_equals_reference(act, params, dtype):
 
 
 # --- light models ---------------------------------------------------------------------------------------------
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def _random_weights(model, seed=0):
-    """The light model with the in-graph ConstantOfShape weights of its Conv/Gemm layers replaced by random
-    stored ones (He-scaled weights, small biases; other constants kept), as ../shared/bench/lightbench.py does:
-    uniform weights make every channel equal and would hide layout or fusion mistakes."""
-    rng = np.random.default_rng(seed)
-    inits = {i.name: i for i in model.graph.initializer}
-    role = {v: k for n in model.graph.node if n.op_type in ("Conv", "Gemm") for k, v in enumerate(n.input[1:3], 1)}
-    keep, new = [], []
-    for n in model.graph.node:
-        if n.op_type == "ConstantOfShape" and n.input[0] in inits:
-            shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]).reshape(-1))
-            val = next((numpy_helper.to_array(a.t) for a in n.attribute if a.name == "value"), np.zeros(1, np.float32))
-            r = role.get(n.output[0])
-            if r == 1 and val.dtype == np.float32:
-                arr = (rng.standard_normal(shape) * np.sqrt(2.0 / max(1, int(np.prod(shape[1:]))))).astype(np.float32)
-            elif r == 2 and val.dtype == np.float32:
-                arr = (rng.standard_normal(shape) * 0.01).astype(np.float32)
-            else:
-                arr = np.full(shape, val.reshape(-1)[0], dtype=val.dtype)
-            new.append(numpy_helper.from_array(arr, n.output[0]))
-        else:
-            keep.append(n)
-    m = onnx.ModelProto()
-    m.CopyFrom(model)
-    del m.graph.node[:]
-    m.graph.node.extend(keep)
-    m.graph.initializer.extend(new)
-    return m
-
-
 @pytest.mark.parametrize("name", ["squeezenet", "resnet50"])
 def test_light_model_all_levels(name):
-    (path,) = glob.glob(os.path.join(LIGHT, f"light_{name}.onnx"))
-    model = _random_weights(onnx.load(path))
+    # random weights: uniform ones make every channel equal and would hide fusion mistakes
+    model = with_random_weights(onnx.load(light_model_case(name)[0]))
     rng = np.random.default_rng(6)
     feeds = {i.name: rng.random([d.dim_value for d in i.type.tensor_type.shape.dim]).astype(np.float32)
              for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}}

@@ -102,3 +102,22 @@ def test_light_model_at_every_level(name, level):
         assert g.dtype == w.dtype and g.shape == w.shape
         # deep float32 networks: reassociated sums (folded BN, blocked layouts) differ from onnxruntime's
         np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+def test_a_failing_pass_leaves_the_model_running_unoptimized(monkeypatch):
+    from onnxjit import optimizer
+
+    def broken(graph, ctx):
+        if graph.nodes:
+            graph.remove(graph.nodes[0])  # half a rewrite, then a crash
+        raise KeyError("boom")
+    optimizer._load_passes()
+    monkeypatch.setattr(optimizer, "PASSES", [*optimizer.PASSES, optimizer.RegisteredPass("broken", 1, broken)])
+    case = next(c for c in PYTORCH_CASES if c.name == "test_operator_basic")
+    model = onnx.load(os.path.join(case.model_dir, "model.onnx"))
+    with pytest.warns(RuntimeWarning, match="pass 'broken' failed .*KeyError.*boom.*without graph optimization"):
+        sess = session_at(model, L.ORT_ENABLE_ALL)
+    assert sess.optimization_report is None
+    for feeds, expected in _data_sets(case):
+        for g, e in zip(sess.run(None, feeds), expected):
+            np.testing.assert_allclose(g, e, rtol=case.rtol, atol=case.atol)

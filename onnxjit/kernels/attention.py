@@ -3,8 +3,9 @@
 The (batch, head) pairs [bh0, bh1) one after another; the op layer hands ranges of them to its thread pool
 (`ops.nn.run_units`, with BLAS single-threaded meanwhile: BLAS threads nested in a parallel loop
 oversubscribed the cores, ~9x slower measured, and left spinning threads that halved the speed of later MatMuls):
-scores = Q K^T * scale + bias (BLAS through np.dot), a stable softmax per row, then P V (np.dot into the output). The bias is an additive float mask viewed as
-[B, Hq, S, L] (broadcast strides allowed) plus, with `causal`, -inf above the diagonal. A row whose bias is -inf
+scores = Q K^T * scale + bias (BLAS through np.dot), a stable softmax per row, then P V (np.dot into the
+output). The bias is an additive float mask viewed as [B, Hq, S, L] (broadcast strides allowed) plus, with
+`causal`, -inf above the diagonal. A row whose bias is -inf
 everywhere gives zeros (ONNX Attention's rule for fully masked rows).
 """
 from __future__ import annotations

@@ -55,6 +55,11 @@ class PassContext:
 Pass = Callable[[Graph, PassContext], int]
 
 
+class OptimizerError(Exception):
+    """A pass failed (a bug in it, or a model it did not foresee). The graph may be half rewritten: sessions then
+    reload the model and run it unoptimized."""
+
+
 @dataclass(frozen=True)
 class RegisteredPass:
     name: str
@@ -117,7 +122,11 @@ def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,
             changed = 0
             for p in passes:
                 for g in _graphs(model.graph):
-                    n = p.fn(g, ctx)
+                    try:
+                        n = p.fn(g, ctx)
+                    except Exception as e:  # noqa: BLE001 - named, and handled by the caller
+                        raise OptimizerError(f"graph optimization pass {p.name!r} failed on graph {g.name!r}: "
+                                             f"{type(e).__name__}: {e}") from e
                     if n:
                         ctx.counter[p.name] += n
                         changed += n

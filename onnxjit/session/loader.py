@@ -47,11 +47,8 @@ def _parse(data: bytes, where: str) -> onnx.ModelProto:
     return proto
 
 
-def check_model(proto: onnx.ModelProto) -> str | None:
-    """Reject IR versions and opsets newer than onnx knows; return what onnx.checker objects to, if anything.
-
-    The checker is stricter than onnxruntime (it refuses, say, an output declared without a shape), so its
-    complaint is not fatal: it is logged, and quoted if the model then fails to load."""
+def check_versions(proto: onnx.ModelProto) -> None:
+    """Reject IR versions and opsets newer than onnx knows."""
     if proto.ir_version > onnx.IR_VERSION:
         raise InvalidGraph(f"the model's IR version {proto.ir_version} is newer than the newest this onnx "
                            f"({onnx.__version__}) knows, {onnx.IR_VERSION}")
@@ -60,6 +57,12 @@ def check_model(proto: onnx.ModelProto) -> str | None:
         if o.domain in ("", "ai.onnx") and o.version > newest:
             raise InvalidGraph(f"the model imports opset {o.version} of the ai.onnx domain; the newest this onnx "
                                f"({onnx.__version__}) knows is {newest}")
+
+
+def checker_complaint(proto: onnx.ModelProto) -> str | None:
+    """What onnx.checker objects to, if anything. The checker is stricter than onnxruntime (it refuses, say, an
+    output declared without a shape), so its complaint is not fatal: it is quoted when a model fails to load.
+    (It serializes the model, seconds for a large one: sessions only ask when they need the explanation.)"""
     if proto.ByteSize() > _TWO_GB:
         return None  # the checker cannot serialize it; loading still checks names and types
     try:

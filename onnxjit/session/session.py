@@ -20,8 +20,8 @@ from onnxjit.ir.types import (MapType, OptionalType, SequenceType, SparseTensorT
 from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionProvider
 from onnxjit.session.executor import CompiledGraph
 from onnxjit.session.iobinding import IOBinding, OrtValue
-from onnxjit.session.loader import check_model, load_model_proto
-from onnxjit.optimizer import OptimizationReport, optimize
+from onnxjit.session.loader import check_versions, checker_complaint, load_model_proto
+from onnxjit.optimizer import OptimizationReport, OptimizerError, optimize
 from onnxjit.session.options import GraphOptimizationLevel, RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
 
@@ -114,12 +114,11 @@ class InferenceSession:
         self._config = so.config_entries
         proto, base_dir = load_model_proto(path_or_bytes)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        complaint = check_model(proto)
-        if complaint:
-            log.debug("onnx.checker: %s", complaint)  # onnxruntime accepts such models too
+        check_versions(proto)
         try:
             self._model: Model = from_onnx(proto, base_dir)
         except Exception as e:  # noqa: BLE001 - anything a malformed model trips becomes InvalidGraph
+            complaint = checker_complaint(proto)
             why = f" (onnx.checker: {complaint})" if complaint else ""
             if isinstance(e, InvalidGraph):
                 raise InvalidGraph(f"{e}{why}") from e
@@ -128,7 +127,12 @@ class InferenceSession:
         level = _optimization_level(so.graph_optimization_level)
         self.optimization_report: OptimizationReport | None = None
         if level > GraphOptimizationLevel.ORT_DISABLE_ALL:
-            self.optimization_report = optimize(self._model, level, [n for n, _ in chosen])
+            try:
+                self.optimization_report = optimize(self._model, level, [n for n, _ in chosen])
+            except OptimizerError as e:
+                # a valid model must still run: drop the half-rewritten graph and run the model as loaded
+                warnings.warn(f"{e}; running the model without graph optimization", RuntimeWarning, stacklevel=2)
+                self._model = from_onnx(proto, base_dir)
         if so.optimized_model_filepath:
             import onnx
             onnx.save(to_onnx(self._model), os.fspath(so.optimized_model_filepath))
