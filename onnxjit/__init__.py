@@ -31,11 +31,12 @@ def _prefer_512_bit_vectors() -> None:
 
 _prefer_512_bit_vectors()
 
-from onnxjit import providers as _providers  # noqa: F401  (registers the providers)
-from onnxjit.errors import (EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoaded,  # noqa: F401
+# the environment above must be set before these import Numba
+from onnxjit import providers as _providers  # noqa: F401, E402  (registers the providers)
+from onnxjit.errors import (EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoaded,  # noqa: F401, E402
                             NoModel, NoSuchFile, NotImplemented, OnnxJitError, RuntimeException)
-from onnxjit.session.iobinding import IOBinding, OrtValue  # noqa: F401
-from onnxjit.session.options import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions,  # noqa: F401
+from onnxjit.session.iobinding import IOBinding, OrtValue  # noqa: F401, E402
+from onnxjit.session.options import (ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions,  # noqa: F401, E402
                                      SessionOptions)
-from onnxjit.session.session import (InferenceSession, ModelMetadata, NodeArg, get_all_providers,  # noqa: F401
+from onnxjit.session.session import (InferenceSession, ModelMetadata, NodeArg, get_all_providers,  # noqa: F401, E402
                                      get_available_providers, get_device)

@@ -142,7 +142,8 @@ def test_loop_inside_if(rng):
                        [tensor("y", TP.FLOAT, None)], opset=13)
     for c in (True, False):
         check(model, {"c": np.array(c), "M": np.array(4, np.int64), "limit": np.array(0.0, np.float32),
-                      "acc0": rng.standard_normal(2, dtype=np.float32), "step": rng.standard_normal(2, dtype=np.float32)})
+                      "acc0": rng.standard_normal(2, dtype=np.float32),
+                      "step": rng.standard_normal(2, dtype=np.float32)})
 
 
 def test_loop16_seq_none_backend_model():

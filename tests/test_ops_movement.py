@@ -42,7 +42,7 @@ def data(shape, dtype=np.float32, seed=0):
     n = int(np.prod(shape, dtype=np.int64))
     base = (np.arange(n) * 7 + seed) % 23
     dtype = np.dtype(dtype)
-    if dtype == object:
+    if np.dtype(dtype).kind == "O":
         return np.array([f"s{v}" for v in base], dtype=object).reshape(shape)
     if dtype == np.bool_:
         return (base % 3 == 0).reshape(shape)

@@ -27,7 +27,8 @@ def mlp_model() -> onnx.ModelProto:
              helper.make_node("Add", ["t", "B"], ["u"], name="add"),
              helper.make_node("Relu", ["u"], ["y"], name="relu")]
     return make_model(nodes, [tensor("x", TP.FLOAT, ["N", 4])],
-                      [tensor("y", TP.FLOAT, ["N", 3]), tensor("t", TP.FLOAT, ["N", 3]), tensor("u", TP.FLOAT, ["N", 3])],
+                      [tensor("y", TP.FLOAT, ["N", 3]), tensor("t", TP.FLOAT, ["N", 3]),
+                       tensor("u", TP.FLOAT, ["N", 3])],
                       initializers=[w, b])
 
 

@@ -56,7 +56,7 @@ def _axis(axis: int, rank: int, op: str) -> int:
 
 def _zero(dtype: np.dtype):
     """The fill value of a dtype: "" for strings, else 0 / False."""
-    return "" if dtype == object else np.zeros((), dtype)
+    return "" if np.dtype(dtype).kind == "O" else np.zeros((), dtype)
 
 
 def _scalar_of(a, what: str):
