@@ -72,6 +72,7 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind,
     ntiles = (nrows + tile_rows - 1) // tile_rows
     mb = (mg + m_blocks - 1) // m_blocks
     has_bias = bias.size > 0
+    zero = out.dtype.type(0)
     colbuf = np.empty(kk * tile_rows * ow, dtype=out.dtype)
     resbuf = np.empty(mb * tile_rows * ow, dtype=out.dtype)
     for u in range(u0, u1):
@@ -125,7 +126,7 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind,
         p0 = r0 * ow
         for m in range(m0, m1):
             mo = g * mg + m
-            bv = bias[mo] if has_bias else 0
+            bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
             orow = out3[n, mo]
             rrow = res[m - m0]
             if has_z:
@@ -153,13 +154,14 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, taps, kind, act, out, u0, u1):
     dd, dh = d[0], d[1]
     pd, ph = p[0], p[1]
     has_bias = bias.size > 0
+    zero = out.dtype.type(0)
     has_z = z.size > 0
     for t in range(u0, u1):
         n = t // m_out
         m = t - n * m_out
         g = m // mg
         om = out[n, m]
-        bv = bias[m] if has_bias else 0
+        bv = bias[m] if has_bias else zero
         for i in range(od):
             for h in range(oh):
                 orow = om[i, h]
