@@ -41,12 +41,6 @@ class PassContext:
     def opset(self, domain: str = "") -> int:
         return self.model.opset_imports.get(domain, 0)
 
-    @property
-    def cpu(self) -> bool:
-        """Whether fusions for the CPU provider pay: it is among the chosen providers (the extended level is
-        provider-aware, as in onnxruntime)."""
-        return CPU_PROVIDER in self.providers
-
     def use_domain(self, domain: str, version: int = 1) -> None:
         """Declare an opset import for the fused nodes a pass adds."""
         self.model.opset_imports.setdefault(domain, version)
@@ -65,14 +59,17 @@ class RegisteredPass:
     name: str
     level: int
     fn: Pass
+    providers: tuple[str, ...] = ()  # the pass runs only when one of these is chosen (its fused ops run there)
 
 
 PASSES: list[RegisteredPass] = []
 
 
-def graph_pass(level: int, name: str | None = None) -> Callable[[Pass], Pass]:
+def graph_pass(level: int, name: str | None = None, providers: tuple[str, ...] = ()) -> Callable[[Pass], Pass]:
+    """Register a pass at `level`; with `providers`, it runs only when one of them is chosen (onnxruntime's
+    extended fusions are provider-aware in the same way)."""
     def deco(fn: Pass) -> Pass:
-        PASSES.append(RegisteredPass(name or fn.__name__, level, fn))
+        PASSES.append(RegisteredPass(name or fn.__name__, level, fn, tuple(providers)))
         return fn
     return deco
 
@@ -117,7 +114,8 @@ def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,
     for tier in (BASIC, EXTENDED, LAYOUT):
         if level < tier:
             break
-        passes = [p for p in PASSES if p.level == tier]
+        passes = [p for p in PASSES if p.level == tier
+                  and (not p.providers or any(n in ctx.providers for n in p.providers))]
         for _ in range(MAX_ROUNDS):
             changed = 0
             for p in passes:

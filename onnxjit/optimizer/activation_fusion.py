@@ -26,7 +26,7 @@ from onnxjit.contrib import DOMAIN, VERSION
 from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import builder_for
-from onnxjit.optimizer import EXTENDED, PassContext, graph_pass
+from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
 from onnxjit.optimizer.pattern import const_value, make_attr, only_consumer, static_shape, tensor_type
 
 FUSED_OP = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
@@ -171,10 +171,8 @@ def _fuse_residual(graph: Graph, ctx: PassContext, add: Node) -> bool:
     return False
 
 
-@graph_pass(EXTENDED)
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def activation_fusion(graph: Graph, ctx: PassContext) -> int:
-    if not ctx.cpu:
-        return 0
     fused = 0
     for node in list(graph.nodes):
         if node.graph is not graph or node.domain != "":

@@ -21,7 +21,7 @@ from onnx import TensorProto
 
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import attr
-from onnxjit.optimizer import EXTENDED, PassContext, graph_pass
+from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
 from onnxjit.optimizer.pattern import (const_value, fresh_name, make_attr, only_consumer, rank_of,
                                        replace_with_node, scalar_const, tensor_type)
 
@@ -202,10 +202,8 @@ def _softmax_last_axis(sm: Node) -> bool:
     return axis in (-1, rank - 1)
 
 
-@graph_pass(EXTENDED)
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fuse_attention(graph: Graph, ctx: PassContext) -> int:
-    if not ctx.cpu:
-        return 0
     count = 0
     for sm in list(graph.nodes):
         if sm.graph is not graph or not _is(sm, "Softmax", 1) or not _softmax_last_axis(sm):

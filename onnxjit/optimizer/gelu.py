@@ -14,7 +14,7 @@ import math
 
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.types import TensorType
-from onnxjit.optimizer import EXTENDED, PassContext, graph_pass
+from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
 from onnxjit.optimizer.pattern import (close_to, only_consumer, other_input, rank_of, replace_with_node,
                                        scalar_const, tensor_type)
 
@@ -125,10 +125,8 @@ def _match_tanh(tanh: Node, graph: Graph) -> tuple[Value, list[Node]] | None:
     return None
 
 
-@graph_pass(EXTENDED)
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fuse_gelu(graph: Graph, ctx: PassContext) -> int:
-    if not ctx.cpu:
-        return 0
     count = 0
     for node in list(graph.nodes):
         if node.graph is not graph or node.domain != "" or node.op_type not in ("Erf", "Tanh") \

@@ -20,7 +20,7 @@ from onnx import TensorProto
 
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import attr
-from onnxjit.optimizer import EXTENDED, PassContext, graph_pass
+from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
 from onnxjit.optimizer.pattern import (const_value, fresh_name, only_consumer, other_input, pinned_names, rank_of,
                                        replace_with_node, scalar_const, static_shape, tensor_type)
 
@@ -117,10 +117,8 @@ def _match_layer_norm(r1: Node, graph: Graph):
     return x, eps, nodes, norm.outputs[0]
 
 
-@graph_pass(EXTENDED)
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fuse_layer_norm(graph: Graph, ctx: PassContext) -> int:
-    if not ctx.cpu:
-        return 0
     count = 0
     for node in list(graph.nodes):
         if node.graph is not graph or not _mean_over_last_axis(node, graph):
@@ -173,10 +171,8 @@ def _bias_split(v: Value, add: Node, n: int, graph: Graph) -> tuple[Value, Value
     return None
 
 
-@graph_pass(EXTENDED)
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fuse_skip_layer_norm(graph: Graph, ctx: PassContext) -> int:
-    if not ctx.cpu:
-        return 0
     count = 0
     for ln in list(graph.nodes):
         if ln.graph is not graph or not _is_layer_norm(ln) or len(ln.inputs) < 2 or ln.inputs[1] is None:
