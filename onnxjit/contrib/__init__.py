@@ -12,7 +12,6 @@ Each op is documented in the module that defines its reference implementation:
   activation:    Gelu
   attention:     Attention
   fused:         FusedConv, FusedGemm, FusedMatMul
-  layout:        the blocked-channel (NCHWc) ops of the layout pass
 """
 from __future__ import annotations
 
@@ -23,7 +22,7 @@ from onnx.reference.op_run import OpRun
 DOMAIN = "com.onnxjit"
 VERSION = 1
 
-CONTRIB_MODULES = ("normalization", "activation", "attention", "fused", "layout")
+CONTRIB_MODULES = ("normalization", "activation", "attention", "fused")
 
 REFERENCE_OPS: dict[str, type[OpRun]] = {}
 
@@ -39,9 +38,5 @@ def reference_op(cls: type[OpRun]) -> type[OpRun]:
 
 def load_reference_ops() -> dict[str, type[OpRun]]:
     for m in CONTRIB_MODULES:
-        try:
-            importlib.import_module(f"onnxjit.contrib.{m}")
-        except ModuleNotFoundError as e:
-            if e.name != f"onnxjit.contrib.{m}":
-                raise
+        importlib.import_module(f"onnxjit.contrib.{m}")
     return REFERENCE_OPS

@@ -8,7 +8,7 @@ rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` doma
 
 Modules, one per pass family: constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes),
 cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape,
-activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (blocked channels).
+activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention. (No layout pass yet at LAYOUT.)
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ MAX_ROUNDS = 10
 CPU_PROVIDER = "CPUExecutionProvider"
 
 PASS_MODULES = ("constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
-                "activation_fusion", "layer_norm", "gelu", "attention", "layout")
+                "activation_fusion", "layer_norm", "gelu", "attention")
 
 
 @dataclass
@@ -76,11 +76,7 @@ def graph_pass(level: int, name: str | None = None, providers: tuple[str, ...] =
 
 def _load_passes() -> None:
     for m in PASS_MODULES:
-        try:
-            importlib.import_module(f"onnxjit.optimizer.{m}")
-        except ModuleNotFoundError as e:
-            if e.name != f"onnxjit.optimizer.{m}":
-                raise
+        importlib.import_module(f"onnxjit.optimizer.{m}")
 
 
 @dataclass
