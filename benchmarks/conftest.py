@@ -9,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}  # GraphOptimizationLevel values, same in both
+from onnxjit.session.options import LEVEL_NAMES  # GraphOptimizationLevel values: the same in onnxruntime
 
 
 def make_runner(runtime: str, model_bytes: bytes, level: str = "all"):
@@ -18,12 +18,12 @@ def make_runner(runtime: str, model_bytes: bytes, level: str = "all"):
     if runtime == "onnxruntime":
         import onnxruntime
         so = onnxruntime.SessionOptions()
-        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel(LEVELS[level])
+        so.graph_optimization_level = onnxruntime.GraphOptimizationLevel(int(LEVEL_NAMES[level]))
         sess = onnxruntime.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     else:
         import onnxjit
         so = onnxjit.SessionOptions()
-        so.graph_optimization_level = LEVELS[level]
+        so.graph_optimization_level = LEVEL_NAMES[level]
         sess = onnxjit.InferenceSession(model_bytes, so)
     return lambda feeds: sess.run(None, feeds)
 

@@ -9,10 +9,11 @@ import time
 import onnx
 
 from onnxjit.optimizer import format_counts, optimize_model
+from onnxjit.session.options import LEVEL_NAMES
 from onnxjit.testing import transformer
 from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case, with_random_weights
 
-LEVELS = {"disable": 0, "basic": 1, "extended": 2, "all": 99}
+LEVELS = {name: LEVEL_NAMES[name] for name in ("disable", "basic", "extended", "all")}
 
 
 def models(random_weights: bool):

@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 
+from onnxjit.session.options import LEVEL_NAMES
 from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case
 
 def time_runs(run, runs: int) -> list[float]:
@@ -49,15 +50,12 @@ def cmd_demo(args) -> int:
     return 0 if ok else 1
 
 
-LEVELS = {"disable": 0, "basic": 1, "extended": 2, "layout": 3, "all": 99}
-
-
 def cmd_optimize(args) -> int:
     import onnx
 
     from onnxjit.optimizer import format_counts, optimize_model
     t0 = time.perf_counter()
-    proto, report = optimize_model(args.input, LEVELS[args.level], args.providers.split(","))
+    proto, report = optimize_model(args.input, LEVEL_NAMES[args.level], args.providers.split(","))
     seconds = time.perf_counter() - t0
     onnx.save(proto, args.output)
     print(format_counts(report))
@@ -75,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     opt = sub.add_parser("optimize", help="optimize a model offline and save it; prints node counts per op type")
     opt.add_argument("input", help="the model to optimize (.onnx)")
     opt.add_argument("output", help="where to write the optimized model")
-    opt.add_argument("--level", default="all", choices=list(LEVELS),
+    opt.add_argument("--level", default="all", choices=list(LEVEL_NAMES),
                      help="graph optimization level, as SessionOptions.graph_optimization_level (default: all)")
     opt.add_argument("--providers", default="CPUExecutionProvider",
                      help="comma-separated providers the model will run on (fusions depend on them)")

@@ -14,6 +14,12 @@ class GraphOptimizationLevel(enum.IntEnum):
     ORT_ENABLE_ALL = 99
 
 
+# the short names the CLI and the benchmarks take for the levels
+LEVEL_NAMES = {"disable": GraphOptimizationLevel.ORT_DISABLE_ALL, "basic": GraphOptimizationLevel.ORT_ENABLE_BASIC,
+               "extended": GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+               "layout": GraphOptimizationLevel.ORT_ENABLE_LAYOUT, "all": GraphOptimizationLevel.ORT_ENABLE_ALL}
+
+
 class ExecutionMode(enum.IntEnum):
     ORT_SEQUENTIAL = 0
     ORT_PARALLEL = 1
