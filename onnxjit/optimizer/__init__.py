@@ -104,9 +104,22 @@ def _graphs(graph: Graph) -> list[Graph]:
 
 def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,)) -> OptimizationReport:
     """Rewrite `model` in place up to `level` (a GraphOptimizationLevel value)."""
+    from onnxjit.optimizer.pattern import forget_graph_facts
     _load_passes()
     ctx = PassContext(model, tuple(providers))
     before = op_counts(model.graph)
+    forget_graph_facts()
+    try:
+        _run_levels(model, level, ctx)
+    finally:
+        forget_graph_facts()
+    after = op_counts(model.graph)
+    if before != after:
+        log.debug("onnxjit optimizer: %s", dict(ctx.counter))
+    return OptimizationReport(before, after, ctx.counter)
+
+
+def _run_levels(model: Model, level: int, ctx: PassContext) -> None:
     for tier in (BASIC, EXTENDED, LAYOUT):
         if level < tier:
             break
@@ -127,10 +140,6 @@ def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,
                         g.sort()
             if not changed:
                 break
-    after = op_counts(model.graph)
-    if before != after:
-        log.debug("onnxjit optimizer: %s", dict(ctx.counter))
-    return OptimizationReport(before, after, ctx.counter)
 
 
 def optimize_model(model, level: int, providers: Sequence[str] = (CPU_PROVIDER,)):

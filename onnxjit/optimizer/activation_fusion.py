@@ -27,7 +27,7 @@ from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import builder_for
 from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import const_value, make_attr, only_consumer, static_shape, tensor_type
+from onnxjit.optimizer.pattern import clip_bound_inputs, make_attr, only_consumer, static_shape, tensor_type
 
 FUSED_OP = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
 KEPT_ATTRIBUTES = {"Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
@@ -54,21 +54,23 @@ def _clip_bounds(node: Node, graph: Graph, dtype: np.dtype) -> list[float] | Non
     round-trip through a float attribute."""
     if node.opset < 6:
         return None  # Clip-1: consumed_inputs, legacy
+    given = clip_bound_inputs(node, graph) if node.opset >= 11 else None
+    if node.opset >= 11 and given is None:
+        return None
     bounds = []
-    for i, name, absent in ((1, "min", -math.inf), (2, "max", math.inf)):
+    for i, name, absent in ((0, "min", -math.inf), (1, "max", math.inf)):
         if node.opset < 11:
             value = _float_attr(node, name)
             if value is None:
                 return None
         else:
-            v = node.inputs[i] if i < len(node.inputs) else None
-            if v is None:
+            c = given[i]
+            if c is None:
                 value = absent
+            elif c.dtype != dtype:
+                return None
             else:
-                c = const_value(v, graph)
-                if c is None or c.size != 1 or c.dtype != dtype:
-                    return None
-                value = float(c.reshape(-1)[0])
+                value = float(c)
         if not math.isnan(value) and float(np.float32(value)) != value:
             return None  # a float64 bound the float32 attribute would round
         bounds.append(value)

@@ -22,17 +22,12 @@ from onnx import TensorProto
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import attr
 from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import (const_value, fresh_name, make_attr, only_consumer, rank_of,
+from onnxjit.optimizer.pattern import (const_value, fresh_name, is_op, make_attr, only_consumer, rank_of,
                                        replace_with_node, scalar_const, tensor_type)
 
 ATTENTION_SINCE = 23
 FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})  # the CPU kernel's
 MASKED_BELOW = -1e4  # a Where fill at or below this gives masked keys a softmax weight of 0 in float
-
-
-def _is(node: Node | None, op_type: str, n_inputs: int | None = None) -> bool:
-    return node is not None and node.op_type == op_type and node.domain == "" and len(node.outputs) == 1 \
-        and (n_inputs is None or len(node.inputs) == n_inputs)
 
 
 def _shape(v: Value | None) -> tuple | None:
@@ -45,7 +40,7 @@ def _unscaled(v: Value, graph: Graph) -> tuple[Value, float, list[Node]]:
     factor, nodes = 1.0, []
     while True:
         p = v.producer
-        if not (_is(p, "Mul", 2) or _is(p, "Div", 2)) or only_consumer(v, graph) is None:
+        if not (is_op(p, "Mul", 2) or is_op(p, "Div", 2)) or only_consumer(v, graph) is None:
             return v, factor, nodes
         u = p.inputs[0]
         c = scalar_const(p.inputs[1], graph, rank_of(v))
@@ -118,7 +113,7 @@ def _is_causal_slice(cond: Value, graph: Graph, scores_shape: tuple) -> bool:
     """Whether cond = Slice(lower-triangular constant buffer)[..., :S, :S] with S the scores' (square) sequence
     length: the causal mask GPT-2 exports."""
     p = cond.producer
-    if not _is(p, "Slice") or p.opset < 10 or len(p.inputs) < 4:
+    if not is_op(p, "Slice") or p.opset < 10 or len(p.inputs) < 4:
         return False
     buffer = const_value(p.inputs[0], graph)
     starts, axes = const_value(p.inputs[1], graph), const_value(p.inputs[3], graph)
@@ -139,7 +134,7 @@ def _is_causal_slice(cond: Value, graph: Graph, scores_shape: tuple) -> bool:
 def _mask(z: Value, graph: Graph, dtype: int):
     """(scores value, attn_mask Value or None, is_causal, nodes) for the value z fed to the softmax."""
     p = z.producer
-    if _is(p, "Add", 2) and only_consumer(z, graph) is not None:
+    if is_op(p, "Add", 2) and only_consumer(z, graph) is not None:
         for scores, mask in (p.inputs, p.inputs[::-1]):
             shape = _shape(scores)
             if scores is mask or shape is None or len(shape) != 4 or tensor_type(mask) is None \
@@ -151,7 +146,7 @@ def _mask(z: Value, graph: Graph, dtype: int):
                 return scores, None, True, [p]
             return scores, mask, False, [p]
         return None
-    if _is(p, "Where", 3) and only_consumer(z, graph) is not None:
+    if is_op(p, "Where", 3) and only_consumer(z, graph) is not None:
         cond, scores, fill = p.inputs
         shape = _shape(scores)
         c = scalar_const(fill, graph, 4)
@@ -174,7 +169,7 @@ def _key_for(kt: Value, graph: Graph, anchor: Node) -> tuple[Value, list[Node]] 
     value and the nodes that disappear."""
     p = kt.producer
     swap = [0, 1, 3, 2]
-    if _is(p, "Transpose", 1) and only_consumer(kt, graph) is not None and attr(p, "perm") is not None:
+    if is_op(p, "Transpose", 1) and only_consumer(kt, graph) is not None and attr(p, "perm") is not None:
         perm = [int(a) for a in attr(p, "perm")]
         composed = [perm[i] for i in swap]
         if composed == [0, 1, 2, 3]:
@@ -206,11 +201,11 @@ def _softmax_last_axis(sm: Node) -> bool:
 def fuse_attention(graph: Graph, ctx: PassContext) -> int:
     count = 0
     for sm in list(graph.nodes):
-        if sm.graph is not graph or not _is(sm, "Softmax", 1) or not _softmax_last_axis(sm):
+        if sm.graph is not graph or not is_op(sm, "Softmax", 1) or not _softmax_last_axis(sm):
             continue
         p = sm.outputs[0]
         pv = only_consumer(p, graph)
-        if not _is(pv, "MatMul", 2) or pv.inputs[0] is not p:
+        if not is_op(pv, "MatMul", 2) or pv.inputs[0] is not p:
             continue
         v = pv.inputs[1]
         t = tensor_type(sm.inputs[0])
@@ -222,7 +217,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         scaled, mask, causal, mask_nodes = masked
         scores, factor, scale_nodes = _unscaled(scaled, graph)
         qk = scores.producer
-        if not _is(qk, "MatMul", 2) or only_consumer(scores, graph) is None:
+        if not is_op(qk, "MatMul", 2) or only_consumer(scores, graph) is None:
             continue
         q, q_factor, q_nodes = _unscaled(qk.inputs[0], graph)
         kt, k_factor, k_nodes = _unscaled(qk.inputs[1], graph)

@@ -18,8 +18,8 @@ import numpy as np
 
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.optimizer import BASIC, PassContext, graph_pass
-from onnxjit.optimizer.pattern import (attr_value, const_value, fresh_name, make_attr, pinned_names, replace_value,
-                                       set_input, tensor_type)
+from onnxjit.optimizer.pattern import (attr_value, clip_bound_inputs, const_value, fresh_name, make_attr,
+                                       pinned_names, replace_value, set_input, tensor_type)
 
 FLOAT_DTYPES = frozenset({np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)})
 
@@ -111,14 +111,7 @@ def _clip_bounds(clip: Node, graph: Graph) -> tuple[np.ndarray | None, np.ndarra
     if clip.opset < 11:
         lo, hi = attr_value(clip, "min"), attr_value(clip, "max")
         return (None if lo is None else np.float64(lo)), (None if hi is None else np.float64(hi))
-    bounds = []
-    for i in (1, 2):
-        v = clip.inputs[i] if len(clip.inputs) > i else None
-        c = const_value(v, graph) if v is not None else None
-        if v is not None and (c is None or c.size != 1):
-            return None
-        bounds.append(None if c is None else c.reshape(()))
-    return bounds[0], bounds[1]
+    return clip_bound_inputs(clip, graph)
 
 
 def _set_clip_bounds(clip: Node, graph: Graph, lo, hi, taken: set[str]) -> None:

@@ -20,12 +20,7 @@ import numpy as np
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.optimizer import BASIC, PassContext, graph_pass
 from onnxjit.optimizer.pattern import (attr_value, can_replace, const_value, constant_ints, pinned_names,
-                                       replace_value, static_shape, tensor_type)
-
-
-def _rank(v: Value | None) -> int | None:
-    t = tensor_type(v)
-    return None if t is None or t.shape is None else len(t.shape)
+                                       rank_of, replace_value, static_shape, tensor_type)
 
 
 def _dropout_is_identity(node: Node, graph: Graph, pinned: set[str]) -> bool:
@@ -68,7 +63,7 @@ def _reshape_is_identity(node: Node, graph: Graph) -> bool:
 def _transpose_is_identity(node: Node) -> bool:
     perm = attr_value(node, "perm")
     if perm is None:
-        rank = _rank(node.inputs[0])
+        rank = rank_of(node.inputs[0])
         return rank is not None and rank <= 1
     return list(perm) == list(range(len(perm)))
 
@@ -135,7 +130,7 @@ def _cancelled_pair(node: Node, graph: Graph) -> Value | None:
         return None
     x = first.inputs[0]
     # both node's axes are counted in the larger of the two ranks: Squeeze's input, Unsqueeze's output
-    rank = _rank(node.inputs[0]) if node.op_type == "Squeeze" else _rank(x)
+    rank = rank_of(node.inputs[0]) if node.op_type == "Squeeze" else rank_of(x)
     a, b = _axes(first, graph, rank), _axes(node, graph, rank)
     return x if a is not None and a == b else None
 

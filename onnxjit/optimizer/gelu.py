@@ -15,26 +15,21 @@ import math
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ir.types import TensorType
 from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import (close_to, only_consumer, other_input, rank_of, replace_with_node,
+from onnxjit.optimizer.pattern import (close_to, is_op, only_consumer, other_input, rank_of, replace_with_node,
                                        scalar_const, tensor_type)
 
 FLOAT_TYPES = frozenset({1, 10, 11, 16})  # float, float16, double, bfloat16
 GELU_SINCE = 20
 
 
-def _binary(node: Node | None, op_type: str) -> bool:
-    return node is not None and node.op_type == op_type and node.domain == "" and len(node.inputs) == 2 \
-        and len(node.outputs) == 1
-
-
 def _scaled(node: Node | None, v: Value, graph: Graph, factor: float) -> bool:
     """Whether `node` computes v * factor: Mul by a constant close to factor (either order) or Div by one close
     to 1 / factor."""
     rank = rank_of(v)
-    if _binary(node, "Mul"):
+    if is_op(node, "Mul", 2):
         other = other_input(node, v)
         return other is not None and other is not v and close_to(scalar_const(other, graph, rank), factor)
-    if _binary(node, "Div") and node.inputs[0] is v:
+    if is_op(node, "Div", 2) and node.inputs[0] is v:
         return close_to(scalar_const(node.inputs[1], graph, rank), 1 / factor)
     return False
 
@@ -42,7 +37,7 @@ def _scaled(node: Node | None, v: Value, graph: Graph, factor: float) -> bool:
 def _one_plus(v: Value, graph: Graph) -> Node | None:
     """The Add computing 1 + v, when it is v's only reader."""
     add = only_consumer(v, graph)
-    if not _binary(add, "Add"):
+    if not is_op(add, "Add", 2):
         return None
     other = other_input(add, v)
     return add if other is not v and close_to(scalar_const(other, graph, rank_of(v)), 1.0) else None
@@ -56,8 +51,8 @@ def _half_x_times(a: Value, x: Value, graph: Graph) -> list[Node] | None:
         return None
     if _scaled(m1, a, graph, 0.5):  # (a * 0.5) * x
         m2 = only_consumer(m1.outputs[0], graph)
-        return [m1, m2] if _binary(m2, "Mul") and other_input(m2, m1.outputs[0]) is x else None
-    if not _binary(m1, "Mul"):
+        return [m1, m2] if is_op(m2, "Mul", 2) and other_input(m2, m1.outputs[0]) is x else None
+    if not is_op(m1, "Mul", 2):
         return None
     o1 = other_input(m1, a)
     if o1 is x:  # (x * a) * 0.5
@@ -85,15 +80,15 @@ def _match_erf(erf: Node, graph: Graph) -> tuple[Value, list[Node]] | None:
 def _cube_nodes(cube: Value, x: Value, graph: Graph) -> list[Node] | None:
     """The nodes computing x^3 as Pow(x, 3) or x * (x * x) in any order."""
     p = cube.producer
-    if _binary(p, "Pow") and p.inputs[0] is x and scalar_const(p.inputs[1], graph, rank_of(x)) == 3.0:
+    if is_op(p, "Pow", 2) and p.inputs[0] is x and scalar_const(p.inputs[1], graph, rank_of(x)) == 3.0:
         return [p]
-    if not _binary(p, "Mul"):
+    if not is_op(p, "Mul", 2):
         return None
     sq = other_input(p, x)
     if sq is None or sq is x:
         return None
     q = sq.producer
-    if _binary(q, "Mul") and q.inputs[0] is x and q.inputs[1] is x and only_consumer(sq, graph) is p:
+    if is_op(q, "Mul", 2) and q.inputs[0] is x and q.inputs[1] is x and only_consumer(sq, graph) is p:
         return [q, p]
     return None
 
@@ -101,18 +96,18 @@ def _cube_nodes(cube: Value, x: Value, graph: Graph) -> list[Node] | None:
 def _match_tanh(tanh: Node, graph: Graph) -> tuple[Value, list[Node]] | None:
     t = tanh.inputs[0] if tanh.inputs else None
     k_mul = t.producer if t is not None else None
-    if not _binary(k_mul, "Mul") or only_consumer(t, graph) is not tanh:
+    if not is_op(k_mul, "Mul", 2) or only_consumer(t, graph) is not tanh:
         return None
     inner = next((v for v in k_mul.inputs if scalar_const(v, graph, rank_of(v)) is None), None)
     if inner is None or not _scaled(k_mul, inner, graph, math.sqrt(2 / math.pi)) \
             or only_consumer(inner, graph) is not k_mul:
         return None
     add = inner.producer
-    if not _binary(add, "Add"):
+    if not is_op(add, "Add", 2):
         return None
     for w, x in (add.inputs, add.inputs[::-1]):
         c_mul = w.producer
-        if w is x or not _binary(c_mul, "Mul") or only_consumer(w, graph) is not add:
+        if w is x or not is_op(c_mul, "Mul", 2) or only_consumer(w, graph) is not add:
             continue
         cube = next((v for v in c_mul.inputs if scalar_const(v, graph, rank_of(v)) is None), None)
         if cube is None or not _scaled(c_mul, cube, graph, 0.044715) or only_consumer(cube, graph) is not c_mul:

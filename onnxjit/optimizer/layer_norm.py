@@ -21,22 +21,17 @@ from onnx import TensorProto
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import attr
 from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import (const_value, fresh_name, only_consumer, other_input, pinned_names, rank_of,
-                                       replace_with_node, scalar_const, static_shape, tensor_type)
+from onnxjit.optimizer.pattern import (const_value, fresh_name, is_op, only_consumer, other_input, pinned_names,
+                                       rank_of, replace_with_node, scalar_const, static_shape, tensor_type)
 
 FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16})
 LAYER_NORM_SINCE = 17
 _REDUCE_AXES_INPUT_SINCE = 18
 
 
-def _is(node: Node | None, op_type: str, n_inputs: int | None = None) -> bool:
-    return node is not None and node.op_type == op_type and node.domain == "" and len(node.outputs) == 1 \
-        and (n_inputs is None or len(node.inputs) == n_inputs)
-
-
 def _mean_over_last_axis(node: Node | None, graph: Graph) -> bool:
     """Whether `node` is a ReduceMean of its input over the last axis alone, keeping dims."""
-    if not _is(node, "ReduceMean") or not node.inputs or node.inputs[0] is None or not attr(node, "keepdims", 1):
+    if not is_op(node, "ReduceMean") or not node.inputs or node.inputs[0] is None or not attr(node, "keepdims", 1):
         return False
     if node.opset >= _REDUCE_AXES_INPUT_SINCE:
         axes_v = node.inputs[1] if len(node.inputs) > 1 else None
@@ -77,15 +72,15 @@ def _match_layer_norm(r1: Node, graph: Graph):
     x = r1.inputs[0]
     mean = r1.outputs[0]
     sub = only_consumer(mean, graph)
-    if not _is(sub, "Sub", 2) or sub.inputs[0] is not x or sub.inputs[1] is not mean:
+    if not is_op(sub, "Sub", 2) or sub.inputs[0] is not x or sub.inputs[1] is not mean:
         return None
     d = sub.outputs[0]
     readers = list(dict.fromkeys(n for n, _ in d.uses))
     if len(readers) != 2 or d.name in pinned_names(graph):
         return None
-    sq = next((n for n in readers if (_is(n, "Pow", 2) and n.inputs[0] is d
+    sq = next((n for n in readers if (is_op(n, "Pow", 2) and n.inputs[0] is d
                                       and scalar_const(n.inputs[1], graph, rank_of(d)) == 2.0)
-               or (_is(n, "Mul", 2) and n.inputs[0] is d and n.inputs[1] is d)), None)
+               or (is_op(n, "Mul", 2) and n.inputs[0] is d and n.inputs[1] is d)), None)
     norm = next((n for n in readers if n is not sq), None)
     if sq is None or norm is None:
         return None
@@ -93,20 +88,20 @@ def _match_layer_norm(r1: Node, graph: Graph):
     if r2 is None or r2.inputs[0] is not sq.outputs[0] or not _mean_over_last_axis(r2, graph):
         return None
     add_eps = only_consumer(r2.outputs[0], graph)
-    if not _is(add_eps, "Add", 2):
+    if not is_op(add_eps, "Add", 2):
         return None
     eps = scalar_const(other_input(add_eps, r2.outputs[0]), graph, rank_of(x))
     sqrt = only_consumer(add_eps.outputs[0], graph)
-    if eps is None or eps < 0 or not _is(sqrt, "Sqrt", 1):
+    if eps is None or eps < 0 or not is_op(sqrt, "Sqrt", 1):
         return None
     std = sqrt.outputs[0]
     nodes = [r1, sub, sq, r2, add_eps, sqrt]
-    if _is(norm, "Div", 2) and norm.inputs[0] is d and norm.inputs[1] is std and only_consumer(std, graph) is norm:
+    if is_op(norm, "Div", 2) and norm.inputs[0] is d and norm.inputs[1] is std and only_consumer(std, graph) is norm:
         nodes.append(norm)
-    elif _is(norm, "Mul", 2):
+    elif is_op(norm, "Mul", 2):
         rstd = other_input(norm, d)
         recip = rstd.producer if rstd is not None and rstd is not d else None
-        is_recip = _is(recip, "Reciprocal", 1) or (_is(recip, "Div", 2) and recip.inputs[1] is std
+        is_recip = is_op(recip, "Reciprocal", 1) or (is_op(recip, "Div", 2) and recip.inputs[1] is std
                                                    and scalar_const(recip.inputs[0], graph, rank_of(x)) == 1.0)
         if not is_recip or recip.inputs[-1] is not std or only_consumer(std, graph) is not recip \
                 or only_consumer(rstd, graph) is not norm:
@@ -115,6 +110,18 @@ def _match_layer_norm(r1: Node, graph: Graph):
     else:
         return None
     return x, eps, nodes, norm.outputs[0]
+
+
+def _trailing_param(y: Value, op_type: str, n: int, rank: int, dtype: np.dtype,
+                    graph: Graph) -> tuple[Value | None, Node | None]:
+    """(p, node) when y's only reader is op_type(y, p) with p a per-feature constant (gamma's Mul, beta's Add),
+    else (None, None)."""
+    node = only_consumer(y, graph)
+    if is_op(node, op_type, 2) and other_input(node, y) is not y:
+        p = _param_vector(other_input(node, y), n, rank, dtype, graph)
+        if p is not None:
+            return p, node
+    return None, None
 
 
 @graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
@@ -129,18 +136,14 @@ def fuse_layer_norm(graph: Graph, ctx: PassContext) -> int:
         if match is None or t is None or t.elem_type not in FLOAT_TYPES or n is None or not rank:
             continue
         x, eps, nodes, y = match
-        if any(tensor_type(v) is None or tensor_type(v).elem_type != t.elem_type for v in (y,)):
+        if tensor_type(y) is None or tensor_type(y).elem_type != t.elem_type:
             continue
-        gamma = beta = None
-        mul = only_consumer(y, graph)
-        if _is(mul, "Mul", 2) and other_input(mul, y) is not y:
-            gamma = _param_vector(other_input(mul, y), n, rank, t.dtype, graph)
+        beta = None
+        gamma, mul = _trailing_param(y, "Mul", n, rank, t.dtype, graph)
         if gamma is not None:
             nodes.append(mul)
             y = mul.outputs[0]
-            add = only_consumer(y, graph)
-            if _is(add, "Add", 2) and other_input(add, y) is not y:
-                beta = _param_vector(other_input(add, y), n, rank, t.dtype, graph)
+            beta, add = _trailing_param(y, "Add", n, rank, t.dtype, graph)
             if beta is not None:
                 nodes.append(add)
                 y = add.outputs[0]
@@ -163,7 +166,7 @@ def _is_layer_norm(node: Node) -> bool:
 def _bias_split(v: Value, add: Node, n: int, graph: Graph) -> tuple[Value, Value] | None:
     """(u, bias) when `v` = u + bias for a constant [n] bias and the residual `add` is v's only reader."""
     p = v.producer
-    if not _is(p, "Add", 2) or only_consumer(v, graph) is not add:
+    if not is_op(p, "Add", 2) or only_consumer(v, graph) is not add:
         return None
     for u, b in (p.inputs, p.inputs[::-1]):
         if u is not b and static_shape(b) == (n,) and const_value(b, graph) is not None:
@@ -181,7 +184,7 @@ def fuse_skip_layer_norm(graph: Graph, ctx: PassContext) -> int:
         beta = ln.inputs[2] if len(ln.inputs) > 2 else None
         t, rank, n = tensor_type(total), rank_of(total), _last_dim(total) if total is not None else None
         residual = total.producer if total is not None else None
-        if t is None or t.elem_type not in FLOAT_TYPES or not rank or n is None or not _is(residual, "Add", 2):
+        if t is None or t.elem_type not in FLOAT_TYPES or not rank or n is None or not is_op(residual, "Add", 2):
             continue
         axis = int(attr(ln, "axis", -1))
         stash = int(attr(ln, "stash_type", TensorProto.FLOAT))
