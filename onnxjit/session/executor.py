@@ -131,8 +131,9 @@ class CompiledGraph:
             if should_stop is not None and should_stop():
                 raise RuntimeException("run was terminated through RunOptions.terminate")
         # an output that is a constant of the graph is handed out as a copy, so a caller cannot change later runs
-        return [env[n].copy() if n in self.constants and isinstance(env[n], np.ndarray) and env[n] is
-                self.constants[n] else env[n] for n in self.output_names]
+        outs = [env[n] for n in self.output_names]
+        return [o.copy() if n in self.constants and o is self.constants[n] else o
+                for n, o in zip(self.output_names, outs)]
 
 
 def _describe(a: Any) -> str:
