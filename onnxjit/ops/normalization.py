@@ -250,13 +250,13 @@ register_op("LayerNormalization", since=1, domain="com.onnxjit")(build_layer_nor
 
 def _build_softmax_layer_norm(mode: int):
     def build(softmax_node, ln_node):
-        if ln_node.opset < 17 or _softmax_builder(mode, softmax_node.opset >= 13)(softmax_node) is None:
+        per_axis = softmax_node.opset >= 13
+        if ln_node.opset < 17 or _softmax_builder(mode, per_axis)(softmax_node) is None:
             return None
         params = _layer_norm_params(ln_node)
         if params is None:
             return None
         axis, eps, stash_dtype, n_out = params
-        per_axis = softmax_node.opset >= 13
         sm_axis = int(attr(softmax_node, "axis", -1 if per_axis else 1))
 
         def run(x, scale, bias=None):
@@ -277,7 +277,7 @@ def skip_layer_norm(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum
     total = np.add(x, skip)
     if bias is not None:
         np.add(total, bias, out=total, casting="unsafe")
-    stash = F64 if total.dtype == F64 else np.dtype(np.float32)
+    stash = F64 if total.dtype == F64 else F32
     if want_sum:
         return layer_norm(total, gamma, beta, -1, eps, stash, 3) + [total]
     return layer_norm(total, gamma, beta, -1, eps, stash, max(n_out, 1), inplace=True)
