@@ -95,6 +95,39 @@ def test_broadcast_patterns(shapes):
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
 
 
+
+# x shape, k shape, dtype: flat with a remainder tile, parallel tiles, an outer loop with k broadcast along it,
+# a parallel outer loop with k constant along the tiled dim, a run-time size, and float64
+STAGED_CASES = [([3000], [1], TensorProto.FLOAT), ([70000], [70000], TensorProto.FLOAT),
+                ([3, 2000], [2000], TensorProto.FLOAT), ([40, 2048], [40, 1], TensorProto.FLOAT),
+                (["N", 1500], [1500], TensorProto.FLOAT), ([2, 700], [1], TensorProto.DOUBLE)]
+
+
+@pytest.mark.parametrize("x_shape,k_shape,elem", STAGED_CASES)
+def test_long_chain_runs_in_stages_over_tiles(x_shape, k_shape, elem):
+    # three transcendentals: three stages; b is a graph output computed in the first stage, x and k are read in
+    # two stages, b and d cross stage boundaries
+    nodes = [helper.make_node("Mul", ["x", "k"], ["a"]), helper.make_node("Tanh", ["a"], ["b"]),
+             helper.make_node("Mul", ["b", "x"], ["c"]), helper.make_node("Sigmoid", ["c"], ["d"]),
+             helper.make_node("Sub", ["d", "x"], ["e"]), helper.make_node("Add", ["e", "b"], ["f"]),
+             helper.make_node("Exp", ["f"], ["g"]), helper.make_node("Mul", ["g", "k"], ["y"])]
+    out_shape = list(x_shape)
+    model = _model(nodes, [_vi("x", elem, x_shape), _vi("k", elem, k_shape)],
+                   [_vi("y", elem, out_shape), _vi("b", elem, out_shape)])
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
+    rng = np.random.default_rng(7)
+    shape = [5 if d == "N" else d for d in x_shape]
+    feeds = {"x": rng.standard_normal(shape).astype(dtype), "k": rng.standard_normal(k_shape).astype(dtype)}
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    got = sess.run(None, feeds)
+    want = onnxruntime.InferenceSession(model).run(None, feeds)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        np.testing.assert_allclose(g, w, rtol=3e-6, atol=1e-6)
+    (source,) = sess.kernels()[0].sources.values()
+    assert "for tile in" in source and source.count("for j in range(count)") == 3
+
+
 def test_collapse_merges_dims_every_input_treats_alike():
     assert _collapse((2, 3, 4), [(2, 3, 4), (2, 3, 4)]) == ([24], [[True], [True]])
     assert _collapse((2, 3, 4), [(2, 3, 4), (4,)]) == ([6, 4], [[True, True], [False, True]])
