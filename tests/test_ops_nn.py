@@ -93,6 +93,9 @@ CONV_CASES = [
     ((1, 8, 16, 16), (16, 8, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # enough work for the thread pool
     ((1, 32, 4, 4), (64, 32, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # one tile: output channels split
     ((2, 16, 12, 12), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # parallel depthwise
+    ((1, 4, 7, 7), (8, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2]), True),  # x2 depthwise
+    ((1, 3, 8, 9), (3, 1, 3, 2), dict(group=3, pads=[0, 1, 2, 0], strides=[3, 2]), False),  # rows unread
+    ((1, 2, 1, 9), (2, 1, 1, 4), dict(group=2, pads=[0, 3, 0, 0]), True),  # taps past the input's end
 ]
 
 

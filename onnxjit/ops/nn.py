@@ -362,7 +362,7 @@ def build_conv(node):
         z5 = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
         y = np.empty(shape5, dtype=x.dtype)
         if mode == "direct":
-            run_units(kconv.conv_direct, (x5, w5, bias, z5, group, k, s, d, p, taps, act.kind, consts, y), units,
+            run_units(kconv.conv_direct, (x5, w5, bias, z5, group, k, s, d, p, act.kind, consts, y), units,
                       work)
         else:
             with single_threaded_blas:
