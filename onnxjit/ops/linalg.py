@@ -44,15 +44,12 @@ FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (
 
 
 def _gemm_rows(a, b, c, alpha, beta, has_c, act=NO_ACTIVATION):
-    """act(alpha * a @ b + beta * c), a (M, K) and b (K, N) C-contiguous, split over blocks of rows."""
-    m, kk = a.shape
-    n = b.shape[1]
-    blocks = min(m, numba.get_num_threads() * CHUNKS_PER_THREAD)
-    rows = -(-m // blocks)
-    out = np.empty((m, n), dtype=a.dtype)
-    with k.single_threaded_blas:
-        run_units(k.gemm_rows, (ro(a), ro(b), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows, out),
-                  -(-m // rows), m * n * kk)
+    """act(alpha * a @ b + beta * c), a (M, K) and b (K, N) C-contiguous: one BLAS call with BLAS's threads
+    (see kernels.linalg), the epilogue after it on the calling thread."""
+    m = a.shape[0]
+    out = np.empty((m, b.shape[1]), dtype=a.dtype)
+    with k.blas_threads(numba.get_num_threads()):
+        k.gemm_rows(ro(a), ro(b), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), max(m, 1), out, 0, 1)
     return out
 
 
