@@ -213,19 +213,22 @@ def _attention_model(variant: str, opset: int = 17):
         scores = b.op("Div", scores, b.scalar(math.sqrt(D)))
     inputs = _qkv_inputs(kt=variant == "k_transposed")
     axis = 3
-    if variant in ("mask", "unproven_mask_shape"):
+    if variant in ("mask", "mask_inf_batch", "unproven_mask_shape"):
         # a mask of static batch 2 might enlarge scores of batch "b" (were b 1): the fusion cannot prove otherwise
-        shape = ["b", 1, 1, S] if variant == "mask" else [B, H, S, S]
+        shape = [B, H, S, S] if variant == "unproven_mask_shape" else ["b", 1, 1, S]
         inputs.append(helper.make_tensor_value_info("mask", F, shape))
         scores = b.op("Add", scores, "mask")
     elif variant == "causal_add":
         tri = np.where(np.tril(np.ones((S, S), bool)), 0, -1e9).astype(np.float32)
         scores = b.op("Add", b.const("tri", tri), scores)
-    elif variant in ("causal_where", "bool_where"):
+    elif variant in ("causal_where", "bool_where", "where_fully_masked", "where_inf_fully_masked"):
         cond = np.tril(np.ones((1, 1, S, S), bool)) if variant == "causal_where" else \
             np.random.default_rng(0).random((1, 1, S, S)) > 0.3
         cond[..., 0] = True
-        scores = b.op("Where", b.const("cond", cond), scores, b.scalar(-np.inf))
+        if variant.endswith("fully_masked"):
+            cond[..., 2, :] = False  # query 2 attends no key
+        fill = -1e4 if variant == "where_fully_masked" else -np.inf
+        scores = b.op("Where", b.const("cond", cond), scores, b.scalar(fill))
     elif variant == "softmax_axis":
         axis = 2
     probs = b.op("Softmax", scores, axis=axis)
@@ -236,17 +239,26 @@ def _attention_model(variant: str, opset: int = 17):
     return b.model(inputs, outputs, "g")
 
 
+MASKED_VARIANTS = ("mask", "mask_inf_batch", "bool_where", "where_fully_masked", "where_inf_fully_masked")
+
+
 @pytest.mark.parametrize("opset", [17, 23])
-@pytest.mark.parametrize("variant", ["plain", "scale_on_q", "k_transposed", "mask", "causal_add", "causal_where",
-                                     "bool_where"])
+@pytest.mark.parametrize("variant", ["plain", "scale_on_q", "k_transposed", "causal_add", "causal_where",
+                                     *MASKED_VARIANTS])
 def test_attention_fuses(variant, opset):
+    # rows whose keys are all masked give what the decomposition gives: the average of V (Where with a finite
+    # fill), NaN (Where with -inf, an additive -inf everywhere); ai.onnx Attention would give zeros, so a masked
+    # fusion is com.onnxjit Attention with fully_masked_rows
     model = _attention_model(variant, opset)
     feeds = _qkv_feeds(kt=variant == "k_transposed")
-    if variant == "mask":
+    if variant.startswith("mask"):
         mask = np.zeros((B, 1, 1, S), np.float32)
         mask[1, ..., 4:] = -10000.0
+        if variant == "mask_inf_batch":
+            mask[1] = -np.inf
         feeds["mask"] = mask
-    after = _check(model, feeds, "Attention" if opset >= 23 else "com.onnxjit::Attention")
+    standard = opset >= 23 and variant not in MASKED_VARIANTS
+    after = _check(model, feeds, "Attention" if standard else "com.onnxjit::Attention")
     assert after["Softmax"] == 0 and after["MatMul"] == 0
 
 
@@ -307,6 +319,10 @@ def _contrib_cases():
         "attention": ("Attention", [("q", r(2, 4, 5, 8)), ("k", r(2, 4, 7, 8)), ("v", r(2, 4, 7, 3))], 1, {}),
         "attention_gqa_bool": ("Attention", [("q", r(2, 4, 5, 8)), ("k", r(2, 2, 7, 8)), ("v", r(2, 2, 7, 3)),
                                              ("m", bool_mask)], 1, {"scale": 0.3}),
+        "attention_uniform_rows": ("Attention", [("q", r(2, 4, 5, 8)), ("k", r(2, 2, 7, 8)), ("v", r(2, 2, 7, 3)),
+                                                 ("m", bool_mask)], 1, {"fully_masked_rows": "uniform"}),
+        "attention_nan_rows": ("Attention", [("q", r(2, 4, 5, 8)), ("k", r(2, 2, 7, 8)), ("v", r(2, 2, 7, 3)),
+                                             ("m", bool_mask)], 1, {"fully_masked_rows": "nan"}),
         "attention_causal_float": ("Attention", [("q", r(1, 2, 6, 4, dtype=np.float64)),
                                                  ("k", r(1, 2, 6, 4, dtype=np.float64)),
                                                  ("v", r(1, 2, 6, 4, dtype=np.float64)),
@@ -342,8 +358,8 @@ def test_layer_fuses_and_matches_onnxruntime(layer, opset, tmp_path):
     sess = _session(model, optimized_model_filepath=str(path))
     assert_all_same(sess.run(None, feeds), want)
     after = sess.optimization_report.after
-    new = "" if opset >= 23 else "com.onnxjit::"
-    assert after[f"{new}Attention"] == 1
+    # BERT's padding mask: com.onnxjit Attention, whose fully masked rows follow the decomposition
+    assert after["Attention" if opset >= 23 and layer == "gpt2" else "com.onnxjit::Attention"] == 1
     assert after["Gelu" if opset >= 20 else "com.onnxjit::Gelu"] == 1
     assert after["com.onnxjit::SkipLayerNormalization"] == 2 if layer == "bert" else 1
     if layer == "gpt2":

@@ -7,8 +7,12 @@ from onnx.reference.op_run import OpRun
 from onnxjit.contrib import reference_op
 
 
-def attention_reference(q, k, v, attn_mask=None, scale=None, is_causal=0):
-    """Y of Attention-23 for 4-D Q [B, Hq, S, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv]."""
+FULLY_MASKED_ROWS = ("zeros", "uniform", "nan")  # values of the fully_masked_rows attribute, in kernel code order
+
+
+def attention_reference(q, k, v, attn_mask=None, scale=None, is_causal=0, fully_masked_rows="zeros"):
+    """Y of Attention-23 for 4-D Q [B, Hq, S, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv]; a row whose keys are all
+    masked gives zeros, or with fully_masked_rows the average of V ("uniform") or NaN ("nan")."""
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError("Attention: Q, K and V must be 4-D [batch, heads, sequence, head_size]")
     heads, kv_heads = q.shape[1], k.shape[1]
@@ -33,7 +37,10 @@ def attention_reference(q, k, v, attn_mask=None, scale=None, is_causal=0):
     masked = np.isneginf(np.broadcast_to(bias, scores.shape).max(axis=-1, keepdims=True))
     e = np.exp(scores - np.where(np.isneginf(row_max), 0, row_max))
     p = e / np.where(masked, 1, e.sum(axis=-1, keepdims=True))
-    p = np.where(masked, q.dtype.type(0), p)  # a fully masked row gives zeros
+    if fully_masked_rows not in FULLY_MASKED_ROWS:
+        raise ValueError(f"Attention: fully_masked_rows must be one of {FULLY_MASKED_ROWS}, not {fully_masked_rows!r}")
+    fill = {"zeros": 0, "uniform": 1 / total, "nan": np.nan}[fully_masked_rows]
+    p = np.where(masked, q.dtype.type(fill), p)
     return (p @ v).astype(q.dtype)
 
 
@@ -48,9 +55,14 @@ class Attention(OpRun):
     with masked positions).
     Output: Y [batch, q_heads, q_seq, v_head_size].
     Attributes: scale (float, default 1 / sqrt(head_size)); is_causal (int, default 0): query i attends key j
-    only where j <= i (top-left aligned), composed with attn_mask.
-    Y = softmax(Q K^T * scale + bias) V over the last axis; a row where every key is masked gives zeros.
+    only where j <= i (top-left aligned), composed with attn_mask; fully_masked_rows (string, default "zeros"):
+    what a row where every key is masked (bias -inf everywhere) gives: "zeros" (Attention-23's rule), "uniform"
+    (the average of V over the keys) or "nan". The optimizer sets the latter two when it fuses a decomposition
+    that computes them: a softmax over scores a Where mask replaced by one finite constant, or by -inf.
+    Y = softmax(Q K^T * scale + bias) V over the last axis.
     """
 
-    def _run(self, q, k, v, attn_mask=None, scale=None, is_causal=0, **_unused):
-        return (attention_reference(q, k, v, attn_mask, scale, is_causal),)
+    def _run(self, q, k, v, attn_mask=None, scale=None, is_causal=0, fully_masked_rows="zeros", **_unused):
+        if isinstance(fully_masked_rows, bytes):
+            fully_masked_rows = fully_masked_rows.decode()
+        return (attention_reference(q, k, v, attn_mask, scale, is_causal, fully_masked_rows),)

@@ -5,8 +5,8 @@ The (batch, head) pairs [bh0, bh1) one after another; the op layer hands ranges 
 oversubscribed the cores, ~9x slower measured, and left spinning threads that halved the speed of later MatMuls):
 scores = Q K^T * scale + bias (BLAS through np.dot), a stable softmax per row, then P V (np.dot into the
 output). The bias is an additive float mask viewed as [B, Hq, S, L] (broadcast strides allowed) plus, with
-`causal`, -inf above the diagonal. A row whose bias is -inf
-everywhere gives zeros (ONNX Attention's rule for fully masked rows).
+`causal`, -inf above the diagonal. A row whose bias is -inf everywhere gives `fully_masked`: 0 zeros (ONNX
+Attention's rule), 1 the average of V over all keys, 2 NaN (codes of contrib.attention.FULLY_MASKED_ROWS).
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _exp_sum(row, m, stop, zero):
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"})
-def _softmax_rows(scores, bias, has_bias, causal, scale):
+def _softmax_rows(scores, bias, has_bias, causal, scale, fully_masked):
     """scores[i] <- softmax(scores[i] * scale + bias[i], with -inf for j > i when causal) in place."""
     s, total = scores.shape
     neg_inf = scores.dtype.type(-np.inf)
@@ -49,8 +49,9 @@ def _softmax_rows(scores, bias, has_bias, causal, scale):
             for j in range(stop):
                 row[j] = row[j] * scale
             all_masked = stop == 0
-        if all_masked:  # ONNX: a row with no attendable key gives zeros
-            row[:] = zero
+        if all_masked:  # fully_masked: 0 zeros, 1 the average of V over every key, 2 NaN
+            row[:] = zero if fully_masked == 0 else scores.dtype.type(1) / total if fully_masked == 1 else \
+                scores.dtype.type(np.nan)
             continue
         m = row[0]
         for j in range(1, stop):
@@ -65,7 +66,7 @@ def _softmax_rows(scores, bias, has_bias, causal, scale):
 
 
 @njit(cache=True, nogil=True)
-def attention(q, k, v, bias, has_bias, causal, scale, out, bh0, bh1):
+def attention(q, k, v, bias, has_bias, causal, scale, fully_masked, out, bh0, bh1):
     """out[b, h] = softmax(q[b, h] k[b, h // r]^T * scale + bias[b, h]) v[b, h // r], r = Hq // Hkv, for the
     flattened (batch, head) pairs [bh0, bh1). q, k, v, out C-contiguous; bias any strides (unused when not
     has_bias)."""
@@ -76,5 +77,5 @@ def attention(q, k, v, bias, has_bias, causal, scale, out, bh0, bh1):
         h = bh - b * heads
         kv = h // group
         scores = np.dot(q[b, h], k[b, kv].T)
-        _softmax_rows(scores, bias[b, h], has_bias, causal, scale)
+        _softmax_rows(scores, bias[b, h], has_bias, causal, scale, fully_masked)
         np.dot(scores, v[b, kv], out[b, h])

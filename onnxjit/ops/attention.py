@@ -5,7 +5,8 @@ The builder takes float32/float64 Q, K, V of one dtype, rank 4, with an optional
 attn_mask, `scale` and `is_causal`; it declines 3-D inputs, past key/value, softcap, softmax_precision other than
 the input's, qk_matmul_output and the present outputs (the fallback provider runs those). The mask becomes an
 additive bias broadcast (by strides) to [B, Hq, S, L]; a bool mask turns into 0 / -inf, a mask shorter than L is
-padded with masked positions, as ONNX specifies.
+padded with masked positions, as ONNX specifies. com.onnxjit Attention's fully_masked_rows picks what a row
+with every key masked gives (see contrib.attention).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import math
 import numpy as np
 from onnx import TensorProto as T
 
+from onnxjit.contrib.attention import FULLY_MASKED_ROWS
 from onnxjit.kernels import attention as ka
 from onnxjit.kernels import linalg as kl
 from onnxjit.ops.nn import run_units
@@ -22,7 +24,7 @@ from onnxjit.ops.registry import attr, input_tensor_types, register_op
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 
 
-def attention(q, k, v, mask, scale: float | None, causal: bool) -> np.ndarray:
+def attention(q, k, v, mask, scale: float | None, causal: bool, fully_masked: int = 0) -> np.ndarray:
     q, k, v = (np.ascontiguousarray(a) for a in (q, k, v))
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError("Attention: Q, K and V must be 4-D [batch, heads, sequence, head_size]")
@@ -35,7 +37,7 @@ def attention(q, k, v, mask, scale: float | None, causal: bool) -> np.ndarray:
     if out.size == 0:
         return out
     if total == 0:
-        out.fill(0)  # no key at all: every row fully masked
+        out.fill(0)  # no key at all: an empty softmax times an empty V, whatever fully_masked says
         return out
     if mask is not None:
         mask = np.asarray(mask)
@@ -51,7 +53,8 @@ def attention(q, k, v, mask, scale: float | None, causal: bool) -> np.ndarray:
     scale = 1 / math.sqrt(d) if scale is None else scale
     work = 2 * batch * heads * s * total * (d + v.shape[3])
     with kl.single_threaded_blas:
-        run_units(ka.attention, (q, k, v, bias, mask is not None, bool(causal), dtype.type(scale), out),
+        run_units(ka.attention, (q, k, v, bias, mask is not None, bool(causal), dtype.type(scale), fully_masked,
+                                  out),
                   batch * heads, work)
     return out
 
@@ -83,9 +86,14 @@ def build_attention(node):
     scale = attr(node, "scale")
     scale = None if scale is None else float(scale)
     causal = bool(attr(node, "is_causal", 0))
+    rows = attr(node, "fully_masked_rows", "zeros")
+    rows = rows.decode() if isinstance(rows, bytes) else rows
+    if rows not in FULLY_MASKED_ROWS:
+        return None  # the fallback's reference raises the error that names it
+    fully_masked = FULLY_MASKED_ROWS.index(rows)
 
     def run(q, k, v, mask=None, *_absent):
-        return (attention(q, k, v, mask, scale, causal),)
+        return (attention(q, k, v, mask, scale, causal, fully_masked),)
     return run
 
 

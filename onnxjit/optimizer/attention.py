@@ -11,8 +11,10 @@ Matched (what torch exports for BERT and GPT-2 attention):
   Softmax over the last axis, then MatMul(probabilities, V).
 The Q/K/V projections and head reshapes stay as they are. The fused node is ai.onnx Attention (23) when the
 model's opset has it, else com.onnxjit Attention (the same op), both run by the CPU provider's attention kernel.
-With Where and a finite c, a row whose keys are all masked gives zeros instead of the decomposition's uniform
-average (ONNX Attention's rule); no other result changes beyond float rounding.
+A row whose keys are all masked gives zeros in Attention, where the decomposition gives the average of V (Where
+with a finite c: the softmax of equal scores) or NaN (Where with -inf, or an additive mask -inf on the whole
+row); a fused node with a mask is therefore com.onnxjit Attention with fully_masked_rows saying which. Masked
+keys of other rows get weight exp(c - max) = 0 in float, as with the decomposition for any score above c + 745.
 """
 from __future__ import annotations
 
@@ -132,7 +134,8 @@ def _is_causal_slice(cond: Value, graph: Graph, scores_shape: tuple) -> bool:
 
 
 def _mask(z: Value, graph: Graph, dtype: int):
-    """(scores value, attn_mask Value or None, is_causal, nodes) for the value z fed to the softmax."""
+    """(scores value, attn_mask Value or None, is_causal, what a fully masked row gives (see module doc), nodes)
+    for the value z fed to the softmax."""
     p = z.producer
     if is_op(p, "Add", 2) and only_consumer(z, graph) is not None:
         for scores, mask in (p.inputs, p.inputs[::-1]):
@@ -143,8 +146,8 @@ def _mask(z: Value, graph: Graph, dtype: int):
             c = const_value(mask, graph)
             if c is not None and c.shape[-2:] == tuple(shape[-2:]) and _is_lower_triangle(c, lambda m: m == 0) \
                     and np.all(c[..., ~np.tril(np.ones(c.shape[-2:], bool))] <= MASKED_BELOW):
-                return scores, None, True, [p]
-            return scores, mask, False, [p]
+                return scores, None, True, "zeros", [p]
+            return scores, mask, False, "nan", [p]
         return None
     if is_op(p, "Where", 3) and only_consumer(z, graph) is not None:
         cond, scores, fill = p.inputs
@@ -156,11 +159,12 @@ def _mask(z: Value, graph: Graph, dtype: int):
             return None
         cc = const_value(cond, graph)
         if cc is not None and cc.shape[-2:] == tuple(shape[-2:]) and _is_lower_triangle(cc, lambda m: m):
-            return scores, None, True, [p]
+            return scores, None, True, "zeros", [p]
         if _is_causal_slice(cond, graph, shape):
-            return scores, None, True, [p]
-        return (scores, cond, False, [p]) if _broadcasts_into(cond, shape) else None
-    return z, None, False, []
+            return scores, None, True, "zeros", [p]
+        rows = "nan" if c == -np.inf else "uniform"
+        return (scores, cond, False, rows, [p]) if _broadcasts_into(cond, shape) else None
+    return z, None, False, "zeros", []
 
 
 def _key_for(kt: Value, graph: Graph, anchor: Node) -> tuple[Value, list[Node]] | None:
@@ -214,7 +218,7 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         masked = _mask(sm.inputs[0], graph, t.elem_type)
         if masked is None:
             continue
-        scaled, mask, causal, mask_nodes = masked
+        scaled, mask, causal, fully_masked_rows, mask_nodes = masked
         scores, factor, scale_nodes = _unscaled(scaled, graph)
         qk = scores.producer
         if not is_op(qk, "MatMul", 2) or only_consumer(scores, graph) is None:
@@ -236,7 +240,9 @@ def fuse_attention(graph: Graph, ctx: PassContext) -> int:
         attrs = {"scale": factor * q_factor * k_factor}
         if causal:
             attrs["is_causal"] = 1
+        if fully_masked_rows != "zeros":
+            attrs["fully_masked_rows"] = fully_masked_rows
         replace_with_node(graph, ctx, nodes, "Attention", inputs, [pv.outputs[0]], attrs,
-                          standard=ctx.opset("") >= ATTENTION_SINCE)
+                          standard=ctx.opset("") >= ATTENTION_SINCE and fully_masked_rows == "zeros")
         count += 1
     return count
