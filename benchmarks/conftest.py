@@ -12,18 +12,20 @@ import pytest
 from onnxjit.session.options import LEVEL_NAMES  # GraphOptimizationLevel values: the same in onnxruntime
 
 
-def make_runner(runtime: str, model_bytes: bytes, level: str = "all"):
+def make_runner(runtime: str, model_bytes: bytes, level: str = "all", threads: int = 0):
     """A run function for `runtime` ("onnxruntime" or "onnxjit") at graph optimization `level` (disable, basic,
-    extended, all)."""
+    extended, all) with `threads` intra-op threads (0: all cores)."""
     if runtime == "onnxruntime":
         import onnxruntime
         so = onnxruntime.SessionOptions()
         so.graph_optimization_level = onnxruntime.GraphOptimizationLevel(int(LEVEL_NAMES[level]))
+        so.intra_op_num_threads = threads
         sess = onnxruntime.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
     else:
         import onnxjit
         so = onnxjit.SessionOptions()
         so.graph_optimization_level = LEVEL_NAMES[level]
+        so.intra_op_num_threads = threads
         sess = onnxjit.InferenceSession(model_bytes, so)
     return lambda feeds: sess.run(None, feeds)
 

@@ -12,6 +12,7 @@ Each op is documented in the module that defines its reference implementation:
   activation:    Gelu
   attention:     Attention
   fused:         FusedConv, FusedGemm, FusedMatMul
+  layout:        NhwcConv
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from onnx.reference.op_run import OpRun
 DOMAIN = "com.onnxjit"
 VERSION = 1
 
-CONTRIB_MODULES = ("normalization", "activation", "attention", "fused")
+CONTRIB_MODULES = ("normalization", "activation", "attention", "fused", "layout")
 
 REFERENCE_OPS: dict[str, type[OpRun]] = {}
 

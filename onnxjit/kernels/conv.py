@@ -11,6 +11,8 @@ units over threads. Three strategies:
     block of output channels).
   * `conv_direct`: units (image, output channel), accumulating shifted zero-padded input planes; for grouped
     convs with few channels per group (depthwise), where a GEMM per group would be tiny.
+  * `conv_depthwise_nhwc`: depthwise convs on channels-last images (com.onnxjit NhwcConv, written by the
+    optimizer's layout pass), vectorized over channels.
 Hot loops index with unsigned integers (`_u`): numba then skips its negative-index wraparound, which would
 otherwise keep LLVM from vectorizing them.
 
@@ -217,6 +219,45 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                         of[_u(orow + j)] += zf[_u(orow + j)]
             if kind != IDENTITY:
                 activate(of, o0, o0 + oh * ow, kind, act)
+
+
+@njit(cache=True, nogil=True)
+def conv_depthwise_nhwc(x, w, bias, k, s, d, p, kind, act, out, u0, u1):
+    """Depthwise conv on channels-last images (com.onnxjit NhwcConv), units [u0, u1) of (image, output row):
+    x (N, H, W, C), w (KH, KW, C), bias (C) or empty, out (N, OH, OW, C). Each output pixel accumulates its
+    taps' input pixels, whole channel vectors at a time: the loop over channels vectorizes however small the
+    plane is, where the NCHW kernel's loops over a 7x7 plane are short."""
+    n_img, in_h, in_w, c = x.shape
+    oh, ow = out.shape[1], out.shape[2]
+    kh, kw = k[1], k[2]
+    sh, sw = s[1], s[2]
+    dh, dw = d[1], d[2]
+    ph, pw = p[1], p[2]
+    zero = out.dtype.type(0)
+    has_bias = bias.size > 0
+    of = out.reshape(-1)
+    for t in range(u0, u1):
+        n = t // oh
+        h = t - n * oh
+        for j in range(ow):
+            o0 = ((n * oh + h) * ow + j) * c
+            o = of[o0:o0 + c]
+            for q in range(c):
+                o[_u(q)] = bias[_u(q)] if has_bias else zero
+            for b in range(kh):
+                ih = h * sh - ph + b * dh
+                if ih < 0 or ih >= in_h:
+                    continue
+                for e in range(kw):
+                    iw = j * sw - pw + e * dw
+                    if iw < 0 or iw >= in_w:
+                        continue
+                    xi = x[n, ih, iw]
+                    wt = w[b, e]
+                    for q in range(c):
+                        o[_u(q)] += wt[_u(q)] * xi[_u(q)]
+            if kind != IDENTITY:
+                activate(of, o0, o0 + c, kind, act)
 
 
 @njit(cache=True, nogil=True)

@@ -255,6 +255,19 @@ def activation_of(node):
 
 
 # --- Conv ------------------------------------------------------------------------------------------------------
+def conv_attributes(node, r, auto_pad):
+    """(group, strides, dilations, pads) of a Conv-like node with r spatial dims, or None when invalid."""
+    group = int(attr(node, "group", 1))
+    strides = _ints(attr(node, "strides"), r, 1)
+    dilations = _ints(attr(node, "dilations"), r, 1)
+    pads = _ints(attr(node, "pads"), 2 * r, 0)
+    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r or group < 1:
+        return None
+    if min(strides) < 1 or min(dilations) < 1 or (auto_pad == "NOTSET" and min(pads) < 0):
+        return None
+    return group, strides, dilations, pads
+
+
 @register_op("Conv", since=1)
 @register_op("Conv", since=11)
 @register_op("FusedConv", since=1, domain=FUSED_DOMAIN)
@@ -280,14 +293,10 @@ def build_conv(node):
                 return None
     if r is None or not 1 <= r <= 3:
         return None
-    group = int(attr(node, "group", 1))
-    strides = _ints(attr(node, "strides"), r, 1)
-    dilations = _ints(attr(node, "dilations"), r, 1)
-    pads = _ints(attr(node, "pads"), 2 * r, 0)
-    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r or group < 1:
+    geometry = conv_attributes(node, r, auto_pad)
+    if geometry is None:
         return None
-    if min(strides) < 1 or min(dilations) < 1 or (auto_pad == "NOTSET" and min(pads) < 0):
-        return None
+    group, strides, dilations, pads = geometry
     kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
     cache = {}
 
@@ -369,6 +378,39 @@ def build_conv(node):
                 run_units(kconv.conv_gemm, (x5, w5, bias, z5, group, k, s, d, p, taps, tile_rows, m_blocks,
                                             act.kind, consts, y), units, work)
         return (y.reshape(shape),)
+
+    return run
+
+
+@register_op("NhwcConv", since=1, domain=FUSED_DOMAIN)
+def build_nhwc_conv(node):
+    """com.onnxjit NhwcConv in its depthwise form (group = C = M, 2-D, the layout pass's): the
+    conv_depthwise_nhwc kernel over units (image, output row). Other forms run on the fallback provider."""
+    act = activation_of(node)
+    if not 2 <= len(node.inputs) <= 3 or float_type(node, range(3)) is None or wanted_outputs(node) != 1 \
+            or act is None:
+        return None
+    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    kernel_attr = attr(node, "kernel_shape")
+    geometry = conv_attributes(node, 2, auto_pad)
+    if auto_pad not in AUTO_PADS or geometry is None or rank_of(node, 0) not in (None, 4):
+        return None
+    group, strides, dilations, pads = geometry
+
+    def run(x, w, b=None):
+        n, h, wd, c = x.shape
+        if w.shape != (c, 1) + w.shape[2:] or w.ndim != 4 or group != c or (
+                kernel_attr is not None and list(kernel_attr) != list(w.shape[2:])):
+            raise ValueError(f"NhwcConv: the CPU kernel runs depthwise convs (group = channels = {c}, W of shape "
+                             f"[{c}, 1, KH, KW]); got group={group}, W {w.shape}")
+        out, head = conv_geometry((h, wd), w.shape[2:], strides, dilations, pads, auto_pad)
+        y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
+        bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
+        wt = ro(np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)))  # (KH, KW, C)
+        run_units(kconv.conv_depthwise_nhwc, (ro(x), wt, bias, _pad3(list(w.shape[2:]), 1), _pad3(strides, 1),
+                                               _pad3(dilations, 1), _pad3(head, 0), act.kind, act.consts(x.dtype), y),
+                  n * out[0], y.size * w.shape[2] * w.shape[3])
+        return (y,)
 
     return run
 

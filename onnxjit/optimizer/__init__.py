@@ -8,7 +8,8 @@ rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` doma
 
 Modules, one per pass family: constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes),
 cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape,
-activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention. (No layout pass yet at LAYOUT.)
+activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (channels-last depthwise
+convolutions, at LAYOUT).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ MAX_ROUNDS = 10
 CPU_PROVIDER = "CPUExecutionProvider"
 
 PASS_MODULES = ("constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
-                "activation_fusion", "layer_norm", "gelu", "attention")
+                "activation_fusion", "layer_norm", "gelu", "attention", "layout")
 
 
 @dataclass
