@@ -435,8 +435,8 @@ def test_onehot_axis(opset, axis):
 
 
 def test_onehot_fractional_indices_and_depth():
-    # onnxruntime compares float indices (after adding depth to negatives) with whole positions; depth truncates
-    ind = np.array([-1.5, 0.7, 2.9, 3.0, -3.2, -4.0, 1.0, -1.0, 0.0], np.float32)
+    # float indices and depth are cast to int64 (truncated) before use, as the spec says (onnxruntime >= 1.32)
+    ind = np.array([-1.5, 0.7, 2.9, 3.0, -3.2, -4.0, 1.0, -1.0, 0.0, np.nan, np.inf, -np.inf, 3.9, -3.9], np.float32)
     check("OneHot", [("i", ind, False), ("d", np.array(3.7, np.float32), False),
                      ("v", np.array([0, 1], np.float32), False)], 11, [TensorProto.FLOAT])
 

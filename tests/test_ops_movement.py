@@ -519,7 +519,7 @@ def test_range(start, limit, delta, dtype):
     (-30000, 30000, 7, np.int16), (5, 5, 0, np.int64)])
 def test_range_count_and_accumulation(start, limit, delta, dtype):
     # onnxruntime adds delta to the previous element (rounding each step): exact equality proves the same order;
-    # the element count comes from (limit - start) / delta in double (no int32 overflow)
+    # the element count: (limit - start) / delta in double for floats, exact for integers (no int32/int64 overflow)
     args = [("a", np.array(start, dtype), False), ("b", np.array(limit, dtype), False),
             ("c", np.array(delta, dtype), False)]
     check("Range", args, 11)
@@ -528,7 +528,7 @@ def test_range_count_and_accumulation(start, limit, delta, dtype):
 @pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.int32])
 @pytest.mark.parametrize("stash", [None, T.FLOAT, T.DOUBLE])
 def test_range_opset27(dtype, stash):
-    # Range-27 (float16/bfloat16, stash_type): onnxruntime 1.31 cannot load opset 27, the reference decides
+    # Range-27 (float16/bfloat16, stash_type): onnxruntime where it loads opset 27 (>= 1.32), else the reference
     args = [("a", np.array(1, dtype), False), ("b", np.array(9.5, dtype), False), ("c", np.array(0.75, dtype), False)]
     attrs = {} if stash is None else {"stash_type": stash}
     check("Range", args, 27, **attrs)

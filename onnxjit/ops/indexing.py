@@ -309,13 +309,17 @@ for _v in (11, 13, 16, 18):
 
 # --- TopK --------------------------------------------------------------------------------------------------------
 def _order_keys(x: np.ndarray) -> np.ndarray:
-    """float64 keys with x's order, equalities and NaN: the values, or for 64-bit integers past 2**53 (which
-    float64 would round) their dense ranks."""
-    if x.dtype.kind in "iu" and x.dtype.itemsize == 8 and x.size:
-        lo, hi = int(x.min()), int(x.max())
-        if lo < -(1 << 53) or hi > (1 << 53):
+    """float64 keys with x's order and equalities, NaN above every number (onnxruntime >= 1.32; all NaN equal):
+    the values, or their dense ranks where a NaN is present or 64-bit integers pass 2**53 (which float64 would
+    round)."""
+    if x.dtype.kind in "iu":
+        if x.dtype.itemsize == 8 and x.size and (int(x.min()) < -(1 << 53) or int(x.max()) > (1 << 53)):
             return np.unique(x, return_inverse=True)[1].reshape(x.shape).astype(np.float64)
-    return x.astype(np.float64)
+        return x.astype(np.float64)
+    keys = x.astype(np.float64)  # also float16/bfloat16, which np.unique does not sort
+    if np.isnan(keys).any():  # np.unique sorts NaN last and folds all NaN into one value
+        return np.unique(keys, return_inverse=True)[1].reshape(x.shape).astype(np.float64)
+    return keys
 
 
 def build_topk(node):
@@ -346,7 +350,7 @@ def build_topk(node):
         if k == 0 or x.size == 0:
             return np.empty(out_shape, x.dtype), np.empty(out_shape, np.int64)
         keys = _order_keys(x)
-        if not largest:  # LesserValueCmp(a, b) == GreaterValueCmp on negated keys, NaN included
+        if not largest:  # LesserValueCmp(a, b) == GreaterValueCmp on negated keys
             keys = np.negative(keys, out=keys)
         keys = np.ascontiguousarray(np.moveaxis(keys, a, -1)).reshape(-1, n)
         pos = np.empty((keys.shape[0], k), np.int64)
@@ -428,10 +432,11 @@ def build_onehot(node):
         a = axis + r + 1 if axis < 0 else axis
         if not 0 <= a <= r:
             raise ValueError(f"OneHot: axis {axis} is out of range for an output of rank {r + 1}")
-        # onnxruntime compares in the indices' type after adding depth to negatives: a float index only hits
-        # where it is a whole number
+        # the spec casts non-integer indices to int64 before use (truncation toward zero, as onnxruntime >= 1.32);
+        # a NaN or infinite index is out of range
         if _is_real_float(indices.dtype):
-            ind = indices.astype(np.float64)
+            f = np.trunc(indices.astype(np.float64))
+            ind = np.where(np.abs(f) <= d, f, -(d + 1)).astype(np.int64)
         elif indices.dtype.kind == "u":
             ind = indices.astype(np.uint64)
         else:

@@ -523,8 +523,12 @@ def build_range(node):
     def run(start, limit, delta):
         s, lim, d = _range_args(start, limit, delta, allowed)
         dtype = s.dtype
-        # onnxruntime: n = ceil((limit - start) / delta) computed in double
-        n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
+        # n = ceil((limit - start) / delta): in double for floats (as onnxruntime), exactly for integers (a double
+        # quotient of int64 bounds can round down past a whole step)
+        if dtype.kind == "f":
+            n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
+        else:
+            n = max(-((int(s) - int(lim)) // int(d)), 0)
         if dtype.kind == "f":
             out = np.empty(n, dtype)
             kmove.range_accumulate(out, s, d)  # each element the previous plus delta, rounded
