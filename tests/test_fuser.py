@@ -126,6 +126,22 @@ def test_long_chain_runs_in_stages_over_tiles(x_shape, k_shape, elem):
         np.testing.assert_allclose(g, w, rtol=3e-6, atol=1e-6)
     (source,) = sess.kernels()[0].sources.values()
     assert "for tile in" in source and source.count("for j in range(count)") == 3
+    assert "with vector_interleave(4):" in source
+
+
+# a transcendental over a long innermost loop compiles with vector iterations interleaved; a short loop, or a body
+# without one, compiles as LLVM's cost model chooses
+@pytest.mark.parametrize("op,shape,interleaved", [("Sigmoid", [4096], True), ("Sigmoid", [2, 100], False),
+                                                  ("Tanh", [2, 5, 300], True), ("Relu", [4096], False)])
+def test_transcendental_over_a_long_loop_compiles_interleaved(op, shape, interleaved):
+    model = _model([helper.make_node("Mul", ["x", "x"], ["a"]), helper.make_node(op, ["a"], ["y"])],
+                   [_vi("x", TensorProto.FLOAT, shape)], [_vi("y", TensorProto.FLOAT, shape)])
+    feeds = {"x": np.random.default_rng(3).standard_normal(shape).astype(np.float32)}
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], onnxruntime.InferenceSession(model).run(None, feeds)[0],
+                               rtol=1e-6, atol=1e-7)
+    (source,) = sess.kernels()[0].sources.values()
+    assert ("with vector_interleave(4):" in source) == interleaved
 
 
 def test_collapse_merges_dims_every_input_treats_alike():
