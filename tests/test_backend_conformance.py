@@ -26,7 +26,6 @@ EXPECTED_FAILURES = {
 }
 
 
-
 def _blas_rounds_rows_alike() -> bool:
     """Whether the BLAS that Numba's np.dot calls (scipy's) gives identical rows of W @ X for identical rows of W.
     OpenBLAS's Haswell/Zen sgemm kernels round the columns of one micro-tile in different orders, so equal filters

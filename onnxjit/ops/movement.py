@@ -526,13 +526,10 @@ def build_range(node):
         # n = ceil((limit - start) / delta): in double for floats (as onnxruntime), exactly for integers (a double
         # quotient of int64 bounds can round down past a whole step)
         if dtype.kind == "f":
-            n = max(math.ceil((float(lim) - float(s)) / float(d)), 0)
-        else:
-            n = max(-((int(s) - int(lim)) // int(d)), 0)
-        if dtype.kind == "f":
-            out = np.empty(n, dtype)
+            out = np.empty(max(math.ceil((float(lim) - float(s)) / float(d)), 0), dtype)
             kmove.range_accumulate(out, s, d)  # each element the previous plus delta, rounded
             return (out,)
+        n = max(-((int(s) - int(lim)) // int(d)), 0)
         # integers: the running sum wraps as start + i * delta does
         return ((int(s) + np.arange(n, dtype=np.int64) * int(d)).astype(dtype),)
     return run
