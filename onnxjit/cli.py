@@ -67,7 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run a model-zoo light model shipped with onnx, check it, time it")
-    demo.add_argument("--model", default="squeezenet", choices=LIGHT_MODELS)
+    # not squeezenet: its placeholder weights make the stored output hinge on every channel rounding alike, which
+    # some CPUs' BLAS does not do (see tests/test_backend_conformance.py)
+    demo.add_argument("--model", default="inception_v1", choices=LIGHT_MODELS)
     demo.add_argument("--runs", type=int, default=10)
     demo.set_defaults(func=cmd_demo)
     opt = sub.add_parser("optimize", help="optimize a model offline and save it; prints node counts per op type")
