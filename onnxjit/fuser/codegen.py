@@ -163,7 +163,7 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
     # so sizes on both sides of the bound compile two kernels, both correct for every size)
     long_inner = red is None and rank > 0 and dims[-1] >= TILE // 4
     stages = _stages(body) if long_inner else []
-    interleave = INTERLEAVE if long_inner and any("vmath." in line for line in body) else 0
+    interleave = INTERLEAVE if long_inner and any(_vmath_calls(line) for line in body) else 0
     if len(stages) > 1:
         # at tile level i{rank-1} is the tile's first element: each array's offset for the tile
         tile_offsets = [flat_index(full[j]) for j in range(len(loaded))] + [out_index] * len(outputs)
@@ -220,12 +220,17 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
                       [] if static else list(dims))
 
 
+def _vmath_calls(line: str) -> int:
+    """How many transcendental functions (vmath calls) a body line makes."""
+    return line.count("vmath.")
+
+
 def _stages(body: list[str]) -> list[list[int]]:
     """The body lines split into stages of at most one transcendental function each (a vmath call); in order."""
     stages: list[list[int]] = [[]]
     heavy = False
     for k, line in enumerate(body):
-        calls = line.count("vmath.")
+        calls = _vmath_calls(line)
         if calls and heavy:
             stages.append([])
             heavy = False
