@@ -449,6 +449,7 @@ def test_builders_decline_unsupported_dtypes():
 # --- Softmax -> LayerNormalization as one kernel ---------------------------------------------------------------
 @pytest.mark.parametrize("op,sm_axis,ln_axis,dtype,n_out,softmax_is_output", [
     ("Softmax", -1, -1, np.float32, 1, False),
+    ("Softmax", -1, -1, np.float32, 3, False),  # the statistics of the softmax rows, not of their exp terms
     ("LogSoftmax", 2, -1, np.float32, 3, False),
     ("Softmax", 2, -1, np.float64, 1, False),
     ("Softmax", 1, -1, np.float32, 1, False),   # softmax over another axis: two passes, still one step

@@ -134,6 +134,12 @@ def _normalize_inplace_sum_next(yr, sr, br, mu, iv, yn, zero):
     return s
 
 
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _normalize_inplace(yr, sr, br, mu, iv):
+    for j in range(yr.shape[0]):
+        yr[_u(j)] = (yr[_u(j)] - mu) * iv * sr[_u(j)] + br[_u(j)]
+
+
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def _softmax_block(x, y, r0, r1, log, zero, one):
     """y[r] = softmax(x[r]) (log: log_softmax) for the rows [r0, r1) of x, y (rows, n), n >= 1."""
@@ -190,6 +196,27 @@ def _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, i
         inv_std[r] = iv
 
 
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std):
+    """y[r] = layer norm of softmax(x[r]) for the rows [r0, r1), in three passes over each row: exp terms e
+    and their sum s (with the next row's max), centered sum of squares, normalize. Layer norm is scale-invariant
+    but for its epsilon: LN(e / s) with epsilon is LN(e) with epsilon * s**2, so the softmax's division pass is
+    not needed, and the exp pass gives the mean. mean[r], inv_std[r] are those of the softmax row."""
+    scale_rows = scale.shape[0] > 1
+    bias_rows = bias.shape[0] > 1
+    m = _row_max(x[r0])
+    for r in range(r0, r1):
+        xr = x[r]
+        yr = y[r]
+        s, m_next = _exp_sum_next_max(xr, yr, m, x[r + 1] if r + 1 < r1 else xr, zero, True)
+        mu = s / nf
+        iv = one / np.sqrt(_sum_sq_dev(yr, mu, zero) / nf + eps * s * s)
+        _normalize_inplace(yr, scale[r] if scale_rows else scale[0], bias[r] if bias_rows else bias[0], mu, iv)
+        mean[r] = mu / s
+        inv_std[r] = iv * s
+        m = m_next
+
+
 SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)
 
 
@@ -198,9 +225,10 @@ def rows(x, y, op, scale, bias, eps, mean, inv_std, block):
     """The row kernels over (rows, n) arrays, n >= 1, blocks of `block` rows in parallel: op SOFTMAX /
     LOG_SOFTMAX (y[r] from x[r]; the other arguments are unused), LAYER_NORM (y[r] from x[r]; scale and bias are
     (1, n), shared, or (rows, n); eps has the arrays' dtype; mean[r] and inv_std[r] receive the statistics) or
-    LAYER_NORM_INPLACE (the same over y in place; x is unused), or SOFTMAX_LAYER_NORM / LOG_SOFTMAX_LAYER_NORM
-    (the softmax of each block of rows, then layer norm over it while it is still in cache: one pass over
-    memory instead of two). One parallel driver serves them all, so each dtype compiles one parfor."""
+    LAYER_NORM_INPLACE (the same over y in place; x is unused), or SOFTMAX_LAYER_NORM (layer norm of each
+    row's exp terms, see `_softmax_layernorm_block`) / LOG_SOFTMAX_LAYER_NORM (the log-softmax of each block of
+    rows, then layer norm over it while it is still in cache): one pass over memory instead of two. One parallel
+    driver serves them all, so each dtype compiles one parfor."""
     nrows, n = y.shape
     c = np.zeros(3, dtype=y.dtype)
     c[1] = 1
@@ -213,7 +241,9 @@ def rows(x, y, op, scale, bias, eps, mean, inv_std, block):
             _layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
         elif op == LAYER_NORM_INPLACE:
             _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
+        elif op == SOFTMAX_LAYER_NORM:
+            _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
         else:
             _softmax_block(x, y, r0, r1, op == LOG_SOFTMAX or op == LOG_SOFTMAX_LAYER_NORM, zero, one)
-            if op >= SOFTMAX_LAYER_NORM:
+            if op == LOG_SOFTMAX_LAYER_NORM:
                 _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
