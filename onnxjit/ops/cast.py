@@ -2,24 +2,26 @@
 
 The fuser renders casts between native numeric types; this kernel converts through numpy/ml_dtypes. With
 `saturate` (the default, since opset 19) values beyond a float8 type's range clamp to its largest finite value,
-as the spec says; without it they become inf or NaN as the format allows.
+as the spec says; without it they become inf or NaN as the format allows. FLOAT8E8M0 (a power of two: the float32
+exponent alone) rounds by the `round_mode` attribute ("up", the default, "down" or "nearest"), as onnx's
+`numpy_helper.to_float8e8m0` defines it.
 """
 from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from onnxjit.ir.types import TensorType, np_dtype
 from onnxjit.ops.registry import attr, register_op
 
 _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
-_UNSUPPORTED_TARGETS = {TensorProto.STRING, TensorProto.FLOAT8E8M0, TensorProto.COMPLEX64, TensorProto.COMPLEX128,
-                        TensorProto.UNDEFINED}
+_UNSUPPORTED_TARGETS = {TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.UNDEFINED}
+_ROUND_MODES = ("up", "down", "nearest")
 
 
-def _caster(to: int, saturate: bool):
-    if to in _UNSUPPORTED_TARGETS:
+def _caster(to: int, saturate: bool, round_mode: str = "up"):
+    if to in _UNSUPPORTED_TARGETS or (to == TensorProto.FLOAT8E8M0 and round_mode not in _ROUND_MODES):
         return None
     target = np_dtype(to)
     limit = float(ml_dtypes.finfo(target).max) if to in _FLOAT8 and saturate else None
@@ -27,6 +29,8 @@ def _caster(to: int, saturate: bool):
     def cast(x: np.ndarray) -> np.ndarray:
         if x.dtype.kind in "OUS":  # numbers written as text
             x = x.astype(np.float64) if target.kind in "fV" else x.astype(np.int64)
+        if to == TensorProto.FLOAT8E8M0:
+            return numpy_helper.to_float8e8m0(x, saturate, round_mode).astype(target)
         if limit is not None:
             x = np.clip(x.astype(np.float32), -limit, limit)
         return x.astype(target)
@@ -42,7 +46,7 @@ def _source_ok(node) -> bool:
 def build_cast(node):
     if not _source_ok(node):
         return None
-    cast = _caster(int(attr(node, "to", 0)), bool(attr(node, "saturate", 1)))
+    cast = _caster(int(attr(node, "to", 0)), bool(attr(node, "saturate", 1)), attr(node, "round_mode", "up"))
     return None if cast is None else (lambda x: (cast(x),))
 
 
@@ -51,5 +55,5 @@ def build_cast_like(node):
     like = node.inputs[1].type if len(node.inputs) > 1 and node.inputs[1] is not None else None
     if not _source_ok(node) or not isinstance(like, TensorType):
         return None
-    cast = _caster(like.elem_type, bool(attr(node, "saturate", 1)))
+    cast = _caster(like.elem_type, bool(attr(node, "saturate", 1)), attr(node, "round_mode", "up"))
     return None if cast is None else (lambda x, _like: (cast(x),))
