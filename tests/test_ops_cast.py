@@ -45,3 +45,33 @@ def test_cast_to_float8e8m0_unknown_round_mode_is_not_native():
     model = _cast_model(TP.FLOAT, TP.FLOAT8E8M0, 25, round_mode="sideways")
     with pytest.raises(onnxjit.errors.NotImplemented, match="Cast"):
         onnxjit.InferenceSession(model.SerializeToString(), kernel_options(), providers=["CPUExecutionProvider"])
+
+
+STRING_SOURCES = [
+    (TP.FLOAT, np.array([0.1, 1.0, -2.5, -0.0, 1e20, 3.4028235e38, 1e-45, 123456789.0, np.nan, np.inf, -np.inf],
+                        np.float32)),
+    (TP.DOUBLE, np.array([0.1, 1 / 3, 1e-7, 2.0**70, np.nan, -np.inf], np.float64)),
+    (TP.FLOAT16, np.array([0.1, 65504, 1e-7, np.nan], np.float16)),
+    (TP.INT8, np.array([-128, 0, 127], np.int8)),
+    (TP.UINT64, np.array([0, 2**64 - 1], np.uint64)),
+    (TP.INT64, np.array([-(2**63), 5], np.int64)),
+    (TP.BOOL, np.array([True, False])),
+    (TP.STRING, np.array(["a", "", "1.5"], dtype=object)),
+]
+
+
+@pytest.mark.parametrize("src,x", STRING_SOURCES, ids=[TP.DataType.Name(s) for s, _ in STRING_SOURCES])
+@pytest.mark.parametrize("op", ["Cast", "CastLike"])
+def test_cast_to_string_matches_onnxruntime(op, src, x):
+    """Numbers written as onnxruntime writes them ("%.8g", NaN/INF, booleans as 1/0), not as numpy does."""
+    if op == "Cast":
+        node = helper.make_node("Cast", ["x"], ["y"], to=TP.STRING)
+        inputs, feeds = [tensor("x", src, [x.size])], {"x": x}
+    else:
+        node = helper.make_node("CastLike", ["x", "like"], ["y"])
+        inputs = [tensor("x", src, [x.size]), tensor("like", TP.STRING, [1])]
+        feeds = {"x": x, "like": np.array(["z"], dtype=object)}
+    model = make_model([node], inputs, [tensor("y", TP.STRING, [x.size])], opset=21)
+    got = native_session(model).run(None, feeds)[0]
+    want = ort_run(model, feeds)[0]
+    assert got.dtype == object and got.tolist() == want.tolist()

@@ -4,7 +4,9 @@ The fuser renders casts between native numeric types; this kernel converts throu
 `saturate` (the default, since opset 19) values beyond a float8 type's range clamp to its largest finite value,
 as the spec says; without it they become inf or NaN as the format allows. FLOAT8E8M0 (a power of two: the float32
 exponent alone) rounds by the `round_mode` attribute ("up", the default, "down" or "nearest"), as onnx's
-`numpy_helper.to_float8e8m0` defines it.
+`numpy_helper.to_float8e8m0` defines it. To STRING, numbers are written as onnxruntime writes them (the spec
+leaves the form open): floats as C's "%.8g" of the value (float16/bfloat16/float8 through float32), "NaN", "INF",
+"-INF"; integers in decimal; booleans "1" and "0".
 """
 from __future__ import annotations
 
@@ -16,13 +18,29 @@ from onnxjit.ir.types import TensorType, np_dtype
 from onnxjit.ops.registry import attr, register_op
 
 _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
-_UNSUPPORTED_TARGETS = {TensorProto.STRING, TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.UNDEFINED}
+_UNSUPPORTED_TARGETS = {TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.UNDEFINED}
 _ROUND_MODES = ("up", "down", "nearest")
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    """An object array of str, written as onnxruntime writes numbers (see the module docstring)."""
+    if x.dtype.kind in "OUS":
+        return x.astype(object)
+    if x.dtype.kind in "biu":
+        return x.astype(np.int64 if x.dtype.kind != "u" else np.uint64).astype(str).astype(object)
+    f = x.astype(np.float64) if x.dtype.itemsize >= 4 else x.astype(np.float32).astype(np.float64)
+    out = np.char.mod("%.8g", f).astype(object)
+    out[np.isnan(f)] = "NaN"
+    out[f == np.inf] = "INF"
+    out[f == -np.inf] = "-INF"
+    return out
 
 
 def _caster(to: int, saturate: bool, round_mode: str = "up"):
     if to in _UNSUPPORTED_TARGETS or (to == TensorProto.FLOAT8E8M0 and round_mode not in _ROUND_MODES):
         return None
+    if to == TensorProto.STRING:
+        return _to_strings
     target = np_dtype(to)
     limit = float(ml_dtypes.finfo(target).max) if to in _FLOAT8 and saturate else None
 
