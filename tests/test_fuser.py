@@ -161,7 +161,7 @@ def test_symbolic_batch_compiles_one_kernel_for_every_batch():
 
 
 INT_CASES = [("Div", np.int32), ("Mod", np.int32), ("Div", np.uint8), ("Mod", np.int64), ("Pow", np.int64),
-             ("Mul", np.int8), ("Add", np.uint16)]
+             ("Mul", np.int8), ("Add", np.uint16), ("PRelu", np.int32), ("PRelu", np.uint32)]
 
 
 @pytest.mark.parametrize("op,dtype", INT_CASES)

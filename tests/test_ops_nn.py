@@ -7,6 +7,7 @@ onnx's reference evaluator is the oracle.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import onnx
 import onnx.reference
@@ -371,6 +372,35 @@ def test_reshape(opset, shape, allowzero, dtype):
     attrs = {"allowzero": allowzero} if opset >= 14 else {}
     check("Reshape", [("x", (_rand((2, 3, 20)) * 10).astype(dtype), False),
                       ("shape", np.array(shape, np.int64), True)], opset, **attrs)
+
+
+def _data_of(dtype, shape, seed=0):
+    x = _rand(shape, F64, seed) * 10
+    if dtype is object:
+        return np.array([f"s{v:.1f}" for v in x.ravel()], dtype=object).reshape(shape)
+    return x.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.bfloat16, ml_dtypes.float8_e4m3fn, ml_dtypes.int4, object],
+                         ids=["bfloat16", "float8e4m3fn", "int4", "string"])
+def test_concat_flatten_reshape_any_dtype(dtype):
+    """No arithmetic, so every tensor dtype runs on the CPU provider: strings against onnxruntime, the ml_dtypes
+    types (which onnxruntime's Python API cannot feed) against onnx.reference, bit for bit."""
+    x0, x1 = _data_of(dtype, (2, 3, 4)), _data_of(dtype, (2, 1, 4), 1)
+    cases = [("Concat", [("x0", x0, False), ("x1", x1, False)], 13, {"axis": 1}),
+             ("Flatten", [("x0", x0, False)], 21, {"axis": 2}),
+             ("Reshape", [("x0", x0, False), ("shape", np.array([4, -1], np.int64), True)], 21, {})]
+    for op, inputs, opset, attrs in cases:
+        model = make_model(op, inputs, opset, **attrs)
+        feeds = feeds_of(inputs)
+        got = cpu_session(model).run(None, feeds)[0]
+        if dtype is object:
+            want = ort.InferenceSession(model.SerializeToString(), providers=[CPU]).run(None, feeds)[0]
+            assert got.tolist() == want.tolist(), op
+        else:
+            want = onnx.reference.ReferenceEvaluator(model).run(None, feeds)[0]
+            assert got.dtype == want.dtype and got.shape == want.shape, op
+            np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8), err_msg=op)
 
 
 def test_reshape_allowzero_keeps_zero():

@@ -204,7 +204,7 @@ def _isinf(c, a):
 # NaN stays NaN (as in onnxruntime) in Relu, HardSigmoid and Celu: only a true comparison picks the constant
 expr("Relu", "fi")(lambda c, a: f"{c.lit(0)} if {a[0]} < {c.lit(0)} else {a[0]}")
 expr("LeakyRelu", FLOAT)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {c.lit(c.attr('alpha', 0.01))}")
-expr("PRelu", "fi", 2)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {a[1]}")
+expr("PRelu", ALL_NUM, 2)(lambda c, a: f"{a[0]} if {a[0]} >= {c.lit(0)} else {a[0]} * {a[1]}")
 expr("Sigmoid", FLOAT)(lambda c, a: f"vmath.sigmoid({a[0]})")
 expr("Tanh", FLOAT)(lambda c, a: f"vmath.tanh({a[0]})")
 expr("Softplus", FLOAT)(lambda c, a: f"vmath.softplus({a[0]})")

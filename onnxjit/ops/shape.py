@@ -1,5 +1,6 @@
 """Concat, Flatten and Reshape on the CPU provider. Pure data movement in numpy: Flatten and Reshape return
-views of a contiguous input. Any numeric or bool dtype is accepted (they do no arithmetic)."""
+views of a contiguous input. Every tensor dtype numpy holds is accepted, as in ops/movement.py: they do no
+arithmetic (strings are object arrays; bfloat16, float8 and int4 are ml_dtypes arrays)."""
 from __future__ import annotations
 
 import math
@@ -11,16 +12,15 @@ from onnxjit.ops.nn import rank_of, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 
 T = TensorProto
-DATA_TYPES = frozenset({T.FLOAT, T.DOUBLE, T.FLOAT16, T.INT8, T.INT16, T.INT32, T.INT64, T.UINT8, T.UINT16,
-                        T.UINT32, T.UINT64, T.BOOL})
 
 
 def _data_type(node, indices):
+    """The element type the inputs at `indices` share, when each is a tensor of a known type; else None."""
     types = input_tensor_types(node)
     elems = set()
     for i in indices:
         t = types[i] if i < len(types) else None
-        if t is None or t.elem_type not in DATA_TYPES:
+        if t is None or t.elem_type == T.UNDEFINED:
             return None
         elems.add(t.elem_type)
     return elems.pop() if len(elems) == 1 else None
