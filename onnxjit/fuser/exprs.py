@@ -174,7 +174,7 @@ expr("Cast", "fiub")(lambda c, a: f"{a[0]} != 0" if c.out_dtype.kind == "b" and 
 expr("CastLike", "fiub", 2)(
     lambda c, a: f"{a[0]} != 0" if c.out_dtype.kind == "b" and c.in_dtypes[0].kind != "b" else a[0])
 
-# --- comparisons and logic (Equal over strings: onnxjit/ops/strings.py) -------------------------------------
+# --- comparisons and logic (Equal, Where over strings: onnxjit/ops/elementwise.py) --------------------------
 for _op, _sym in [("Equal", "=="), ("Greater", ">"), ("Less", "<"), ("GreaterOrEqual", ">="),
                   ("LessOrEqual", "<=")]:
     expr(_op, "fiub", 2)(lambda c, a, s=_sym: f"{a[0]} {s} {a[1]}")

@@ -1,5 +1,6 @@
 """Op definitions for the CPU provider, one module per op family; importing registers them.
 
-Elementwise ops and activations are not here: the fuser renders them (onnxjit/fuser/exprs.py)."""
-from onnxjit.ops import (attention, cast, constant, indexing, linalg, movement, nn, normalization, reduce,  # noqa: F401
-                         shape, strings)
+Elementwise ops and activations are not here: the fuser renders them (onnxjit/fuser/exprs.py); elementwise.py
+holds the few over element types the fuser does not compute in (strings, float8)."""
+from onnxjit.ops import (attention, cast, constant, elementwise, indexing, linalg, movement, nn,  # noqa: F401
+                         normalization, reduce, shape)
