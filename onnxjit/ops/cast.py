@@ -17,7 +17,8 @@ from onnx import TensorProto, numpy_helper
 from onnxjit.ir.types import TensorType, np_dtype
 from onnxjit.ops.registry import attr, register_op
 
-_FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2, TensorProto.FLOAT8E5M2FNUZ}
+FLOAT8 = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
+                    TensorProto.FLOAT8E5M2FNUZ})  # the float8 types with a sign and a mantissa
 _UNSUPPORTED_TARGETS = {TensorProto.COMPLEX64, TensorProto.COMPLEX128, TensorProto.UNDEFINED}
 _ROUND_MODES = ("up", "down", "nearest")
 
@@ -42,7 +43,7 @@ def _caster(to: int, saturate: bool, round_mode: str = "up"):
     if to == TensorProto.STRING:
         return _to_strings
     target = np_dtype(to)
-    limit = float(ml_dtypes.finfo(target).max) if to in _FLOAT8 and saturate else None
+    limit = float(ml_dtypes.finfo(target).max) if to in FLOAT8 and saturate else None
 
     def cast(x: np.ndarray) -> np.ndarray:
         if x.dtype.kind in "OUS":  # numbers written as text

@@ -6,10 +6,8 @@ from __future__ import annotations
 import numpy as np
 from onnx import TensorProto
 
+from onnxjit.ops.cast import FLOAT8
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
-
-_FLOAT8 = frozenset({TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLOAT8E5M2,
-                     TensorProto.FLOAT8E5M2FNUZ})
 
 
 def _elems(node) -> list[int | None]:
@@ -35,19 +33,18 @@ for _v in (9, 16):
 
 @register_op("IsNaN", since=20)
 def build_float8_isnan(node):
-    if not _elems(node) or _elems(node)[0] not in _FLOAT8:
+    if not _elems(node) or _elems(node)[0] not in FLOAT8:
         return None
     return lambda x: (np.isnan(x.astype(np.float32)),)
 
 
 @register_op("IsInf", since=20)
 def build_float8_isinf(node):
-    if not _elems(node) or _elems(node)[0] not in _FLOAT8:
+    if not _elems(node) or _elems(node)[0] not in FLOAT8:
         return None
-    detect_pos, detect_neg = int(attr(node, "detect_positive", 1)), int(attr(node, "detect_negative", 1))
+    detect_pos, detect_neg = bool(attr(node, "detect_positive", 1)), bool(attr(node, "detect_negative", 1))
 
     def run(x):
         f = x.astype(np.float32)
-        return ((np.isposinf(f) if detect_pos else np.zeros(f.shape, bool))
-                | (np.isneginf(f) if detect_neg else np.zeros(f.shape, bool)),)
+        return ((np.isposinf(f) & detect_pos) | (np.isneginf(f) & detect_neg),)
     return run
