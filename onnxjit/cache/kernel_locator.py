@@ -1,7 +1,7 @@
 """Numba's on-disk cache of the hand-written kernels (onnxjit/kernels, ``@njit(cache=True)``), made to see
 their callees.
 
-Numba stamps a cached function with its own source file only (modification time and size), but these kernels
+Numba stamps a cached function with its own source file only, but these kernels
 inline functions of other kernel modules: vmath's exp in the softmax rows, linalg's activations in conv. After
 an edit to vmath.py alone (a ``git pull`` into an editable install, say) Numba would go on serving code compiled
 from the old vmath. `KernelsCacheLocator` keeps Numba's own choice of cache directory and file names, and adds a
@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import functools
 import glob
-import hashlib
 import os
 
 from numba.core import caching
+
+from onnxjit.cache.store import files_digest
 
 # numba 0.61 renamed _CacheImpl to CacheImpl
 _CACHE_IMPL = getattr(caching, "CacheImpl", None) or getattr(caching, "_CacheImpl")
@@ -25,13 +26,7 @@ KERNELS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 def kernels_digest(directory: str = KERNELS_DIR) -> str:
     """A digest of the bytes of every .py file in `directory`."""
-    h = hashlib.sha256()
-    for path in sorted(glob.glob(os.path.join(directory, "*.py"))):
-        h.update(os.path.basename(path).encode() + b"\0")
-        with open(path, "rb") as f:
-            h.update(f.read())
-        h.update(b"\0")
-    return h.hexdigest()[:16]
+    return files_digest(directory, sorted(os.path.basename(p) for p in glob.glob(os.path.join(directory, "*.py"))))
 
 
 _digest = functools.lru_cache(maxsize=1)(kernels_digest)

@@ -166,17 +166,22 @@ def _package_dir() -> str:
     return os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _dependency_digest() -> str:
+def files_digest(root: str, rels) -> str:
+    """16 hex digits of sha256 over each file's path relative to `root` and its bytes ("<missing>" if unreadable)."""
     h = hashlib.sha256()
-    for rel in _KERNEL_DEPENDENCIES:
+    for rel in rels:
         h.update(rel.encode() + b"\0")
         try:
-            with open(os.path.join(_package_dir(), rel), "rb") as f:
+            with open(os.path.join(root, rel), "rb") as f:
                 h.update(f.read())
         except OSError:
             h.update(b"<missing>")
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def _dependency_digest() -> str:
+    return files_digest(_package_dir(), _KERNEL_DEPENDENCIES)
 
 
 def fingerprint() -> Dict[str, str]:

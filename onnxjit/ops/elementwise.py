@@ -31,16 +31,21 @@ for _v in (9, 16):
     register_op("Where", since=_v)(build_string_where)
 
 
+def _float8_input(node) -> bool:
+    elems = _elems(node)
+    return bool(elems) and elems[0] in FLOAT8
+
+
 @register_op("IsNaN", since=20)
 def build_float8_isnan(node):
-    if not _elems(node) or _elems(node)[0] not in FLOAT8:
+    if not _float8_input(node):
         return None
     return lambda x: (np.isnan(x.astype(np.float32)),)
 
 
 @register_op("IsInf", since=20)
 def build_float8_isinf(node):
-    if not _elems(node) or _elems(node)[0] not in FLOAT8:
+    if not _float8_input(node):
         return None
     detect_pos, detect_neg = bool(attr(node, "detect_positive", 1)), bool(attr(node, "detect_negative", 1))
 
