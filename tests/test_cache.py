@@ -314,3 +314,22 @@ def test_concurrent_processes_fill_the_same_entry(tmp_path):
     r = store.load(src)
     assert (r.compiled, r.loaded) == (0, 1) and r.path == results[0]["path"]
     _run(r, 22.0)
+
+
+def test_warm_process_loads_kernels_without_numba_compiler(tmp_path):
+    """A new process over warm caches (ours for generated kernels, Numba's for the hand-written ones) compiles
+    nothing and never starts Numba's compiler (onnxjit.cache.jit), and its kernels give onnxruntime's results."""
+    child = os.path.join(os.path.dirname(os.path.abspath(__file__)), "warm_process_child.py")
+    env = dict(os.environ, ONNXJIT_CACHE_DIR=str(tmp_path / "cache"))
+    env.pop("NUMBA_CACHE_DIR", None)
+
+    def run(*args, **extra_env):
+        res = subprocess.run([sys.executable, child, *args], env=dict(env, **extra_env), capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return json.loads(res.stdout.strip().splitlines()[-1])
+
+    first = run()
+    assert first["elementwise"] == 2  # an empty store: both generated kernels compiled
+    second = run("--no-numba-compiler", ONNXJIT_ASSERT_CACHED="1")
+    assert set(second) == set(first) and not any(second.values())

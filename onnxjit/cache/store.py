@@ -29,12 +29,15 @@ is disabled or unusable) and must define ``kernel``, typically::
 
     import numpy as np
     import numba
+    from onnxjit.cache.jit import njit
     from onnxjit.kernels import vmath
 
-    @numba.njit("void(float32[::1], float32[::1], int64)", cache=CACHE, parallel=True)
+    @njit("void(float32[::1], float32[::1], int64)", cache=CACHE, parallel=True)
     def kernel(x, out, n): ...
 
-Every ``@numba.njit`` in it must pass ``cache=CACHE`` (never ``cache=True``:
+(``onnxjit.cache.jit.njit`` is numba.njit whose cache hits load without Numba's
+compiler start-up; plain ``numba.njit`` works too.) Every ``njit`` in it must
+pass ``cache=CACHE`` (never ``cache=True``:
 numba cannot cache a function that has no file) and should carry explicit
 signatures, so that compilation -- or the load from numba's cache -- happens
 at import and is what ``compiled`` / ``loaded`` count.  Those counts are the

@@ -200,11 +200,12 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
         "import numpy as np",
         "import numba",
         "from numba import types as T",
+        "from onnxjit.cache.jit import njit",
         "from onnxjit.kernels import vmath",
         "from onnxjit.fuser import scalar as S",
     ]
     function = [
-        f"@numba.njit(T.void({', '.join(types)}), cache=CACHE, parallel={parallel}, error_model=\"numpy\"{fastmath})",
+        f"@njit(T.void({', '.join(types)}), cache=CACHE, parallel={parallel}, error_model=\"numpy\"{fastmath})",
         f"def kernel({', '.join(params)}):",
     ] + code
     if interleave:  # the signature makes Numba compile (or load) the kernel here, inside the with block

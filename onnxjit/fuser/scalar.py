@@ -3,7 +3,8 @@
 Plain math, inlined into the kernel's loop by Numba.
 """
 import numpy as np
-from numba import njit
+
+from onnxjit.cache.jit import njit
 
 
 @njit(inline="always", cache=True)

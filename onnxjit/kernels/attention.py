@@ -11,8 +11,8 @@ Attention's rule), 1 the average of V over all keys, 2 NaN (codes of contrib.att
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
 
 

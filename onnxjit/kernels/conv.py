@@ -23,8 +23,8 @@ constants `act` (see `onnxjit.kernels.linalg.activate`) to each output row as it
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from onnxjit.cache.jit import njit
 from onnxjit.kernels.linalg import IDENTITY, activate
 
 

@@ -17,7 +17,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
+
+from onnxjit.cache.jit import njit
 
 # --- TopK -----------------------------------------------------------------------------------------------------
 

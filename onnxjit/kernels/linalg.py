@@ -18,8 +18,8 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from numba import njit
 
+from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
 
 

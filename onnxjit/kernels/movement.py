@@ -1,7 +1,7 @@
 """Numba kernels for the data-movement ops that need a loop (the rest is numpy indexing in onnxjit.ops.movement)."""
 from __future__ import annotations
 
-from numba import njit
+from onnxjit.cache.jit import njit
 
 
 @njit(cache=True)

@@ -3,7 +3,8 @@ releases the GIL, so the caller can spread the rows over threads. (Softmax lives
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from onnxjit.cache.jit import njit
 
 
 

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.extending import intrinsic
 
+from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
 
 

@@ -8,7 +8,8 @@ caller can spread the planes over threads. Per output row, the window's valid in
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from onnxjit.cache.jit import njit
 
 
 @njit(cache=True, inline="always")

@@ -18,8 +18,8 @@ packet sums in onnxruntime).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
+from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
 
 # pre-ops of accumulate / accumulate_kahan

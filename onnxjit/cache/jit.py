@@ -1,0 +1,66 @@
+"""`njit`: numba.njit for onnxjit's kernels, whose cached functions load without starting Numba's compiler.
+
+Before each load from its disk cache, Numba refreshes its target context: it imports and registers every typing
+and lowering implementation it has (and, through the BLAS check in numba.np.arraymath, scipy.linalg). That is
+0.35-0.6 s, once per process, and it was most of what a new process spent creating a session over cached kernels.
+Running cached machine code needs none of it, only what the code calls into at run time: Numba's runtime (NRT,
+set up by `rtsys.initialize`, which the refresh does first) and the symbols the import of numba.cpython.hashing
+adds (the hash secret); Numba's C helpers and math functions are installed with the context itself, and a
+parallel function's cache entry starts the thread pool on load. So `njit` gives each cached dispatcher a
+`KernelCache`, whose load prepares only that. A miss compiles as usual, and Numba's compiler then refreshes the
+context itself. Everything else is numba.njit's: same cache files, locators and index, same dispatcher.
+
+Tests: tests/test_cache.py runs models in a new process over a warm cache with the refresh made to fail.
+"""
+from __future__ import annotations
+
+import numba
+from numba.core import caching, sigutils, typeinfer
+from numba.core.dispatcher import Dispatcher
+
+__all__ = ["njit", "KernelCache"]
+
+
+def _prepare_runtime(target_context) -> None:
+    """What cached code needs of Numba at run time, short of the refresh (see the module docstring)."""
+    from numba.core.runtime import rtsys
+    rtsys.initialize(target_context)
+    import numba.cpython.hashing  # noqa: F401  (its import adds the _numba_hashsecret_* symbols)
+
+
+class KernelCache(caching.FunctionCache):
+    """Numba's FunctionCache, loading without the target context's refresh."""
+
+    def load_overload(self, sig, target_context):
+        _prepare_runtime(target_context)
+        with self._guard_against_spurious_io_errors():
+            return self._load_overload(sig, target_context)
+
+
+def njit(signature_or_function=None, **options):
+    """numba.njit, with the same arguments; with ``cache=True`` the dispatcher loads through `KernelCache`."""
+    if not options.get("cache"):
+        return numba.njit(signature_or_function, **options)
+    options["cache"] = False  # the KernelCache replaces Numba's own
+    if isinstance(signature_or_function, list):
+        sigs = signature_or_function
+    elif signature_or_function is None:
+        sigs = None
+    elif sigutils.is_signature(signature_or_function):
+        sigs = [signature_or_function]
+    else:
+        return _cached(signature_or_function, None, options)
+    return lambda function: _cached(function, sigs, options)
+
+
+def _cached(function, sigs, options):
+    dispatcher = numba.njit(**options)(function)
+    if not isinstance(dispatcher, Dispatcher):  # NUMBA_DISABLE_JIT: the Python function itself
+        return dispatcher
+    dispatcher._cache = KernelCache(dispatcher.py_func)
+    if sigs is not None:  # as numba.njit does with signatures: compile (or load) them now, and only them
+        with typeinfer.register_dispatcher(dispatcher):
+            for sig in sigs:
+                dispatcher.compile(sig)
+        dispatcher.disable_compile()
+    return dispatcher
