@@ -179,6 +179,25 @@ def test_integer_semantics_match_onnxruntime(op, dtype):
     assert got[0].dtype == want[0].dtype
 
 
+@pytest.mark.parametrize("dtype", [np.int8, np.int32, np.int64, np.uint8, np.uint64])
+def test_integer_erf_matches_onnx_reference(dtype):
+    """Erf-13 allows integers; onnxruntime has no such kernel, so onnx.reference (erf rounded to float32, then
+    truncated) is the oracle."""
+    from onnx.reference import ReferenceEvaluator
+
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    model = _model([helper.make_node("Erf", ["x"], ["e"]), helper.make_node("Add", ["e", "x"], ["y"])],
+                   [_vi("x", elem, [21])], [_vi("y", elem, [21])], opset=13)
+    x = np.arange(-10, 11) if np.dtype(dtype).kind == "i" else np.arange(0, 21)
+    x = x.astype(dtype)
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert _groups(sess) == [["Erf", "Add"]]
+    got = sess.run(None, {"x": x})[0]
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
 @pytest.mark.parametrize("elem", [TensorProto.FLOAT16, TensorProto.DOUBLE])
 def test_half_and_double_chains(elem):
     model = _model([helper.make_node("Sigmoid", ["x"], ["g"]), helper.make_node("Mul", ["g", "x"], ["y"])],
