@@ -1,14 +1,15 @@
 """`njit`: numba.njit for onnxjit's kernels, whose cached functions load without starting Numba's compiler.
 
-Before each load from its disk cache, Numba refreshes its target context: it imports and registers every typing
-and lowering implementation it has (and, through the BLAS check in numba.np.arraymath, scipy.linalg). That took
-0.3-0.7 s once per process on the development machines, most of what a new process spent creating a session over
-cached kernels. Running cached machine code needs none of it, only what the code calls into at run time: Numba's runtime (NRT,
-set up by `rtsys.initialize`, which the refresh does first) and the symbols the import of numba.cpython.hashing
-adds (the hash secret); Numba's C helpers and math functions are installed with the context itself, and a
-parallel function's cache entry starts the thread pool on load. So `njit` gives each cached dispatcher a
-`KernelCache`, whose load prepares only that. A miss compiles as usual, and Numba's compiler then refreshes the
-context itself. Everything else is numba.njit's: same cache files, locators and index, same dispatcher.
+Before each load from its disk cache, Numba refreshes its target context: it imports and registers every typing and
+lowering implementation it has (and, through the BLAS check in numba.np.arraymath, scipy.linalg). That took
+0.3-0.7 s once per process on the development machines, most of what a new process spent creating a session over cached
+kernels. Running cached machine code needs none of it, only what the code calls into at run time: Numba's runtime
+(NRT, set up by `rtsys.initialize`, which the refresh does first) and the symbols the import of
+numba.cpython.hashing adds (the hash secret); Numba's C helpers and math functions are installed with the context
+itself, and a parallel function's cache entry starts the thread pool on load. So `njit` gives each cached
+dispatcher a `KernelCache`, whose load prepares only that. A miss compiles as usual, and Numba's compiler then
+refreshes the context itself. Everything else is numba.njit's: same cache files, locators and index, same
+dispatcher.
 
 Tests: tests/test_cache.py runs models in a new process over a warm cache with the refresh made to fail.
 """
