@@ -1,9 +1,11 @@
 """Run by tests/test_cache.py in a new process: a few models that between them call many kinds of kernel (generated
 parallel and serial ones, a fused reduction, the row kernels, conv and pools over BLAS, indexing kernels with
-hashing and heaps, attention), each compared with onnxruntime. With `--no-numba-compiler` Numba's target-context
-refresh (the start-up of its compiler) raises: the process must load every kernel from the caches without it.
+hashing and heaps, batch normalization, Range, attention: each module of onnxjit/kernels), each compared with
+onnxruntime. With `--no-numba-compiler` Numba's target-context refresh (the start-up of its compiler) raises: the
+process must load every kernel from the caches without it.
 
-usage: python warm_process_child.py [--no-numba-compiler]     (prints one JSON line: per model, kernels compiled)
+usage: python warm_process_child.py [--no-numba-compiler]
+(prints one JSON line: per model, how many generated kernels it compiled)
 """
 import json
 import sys
@@ -72,13 +74,27 @@ def indexing(rng):
     return model, {"x": rng.standard_normal((3, 10)).astype(np.float32), "u": rng.integers(0, 5, 12)}
 
 
+def batchnorm_range(rng):
+    """BatchNormalization on a graph input (nothing to fold it into) and a float Range over graph inputs."""
+    c = 4
+    nodes = [h.make_node("BatchNormalization", ["z", "s", "b", "m", "v"], ["n"], epsilon=1e-5),
+             h.make_node("Range", ["start", "limit", "delta"], ["r"])]
+    inits = [_const(name, (rng.random(c) + 0.5).astype(np.float32)) for name in ("s", "b", "m", "v")]
+    model = make_model(nodes, [tensor("z", T.FLOAT, [2, c, 5, 5]), tensor("start", T.FLOAT, []),
+                               tensor("limit", T.FLOAT, []), tensor("delta", T.FLOAT, [])],
+                       [tensor("n", T.FLOAT, [2, c, 5, 5]), tensor("r", T.FLOAT, None)], opset=17,
+                       initializers=inits)
+    return model, {"z": rng.standard_normal((2, c, 5, 5)).astype(np.float32), "start": np.array(-1.5, np.float32),
+                   "limit": np.array(2.25, np.float32), "delta": np.array(0.3, np.float32)}
+
+
 def bert(rng):
     model = bert_layer(batch=2, seq=8, hidden=32, heads=4)
     return model, example_feeds(model, batch=2, seq=8)
 
 
 MODELS = {"elementwise": elementwise, "softmax_layernorm": softmax_layernorm, "convnet": convnet,
-          "indexing": indexing, "bert": bert}
+          "indexing": indexing, "batchnorm_range": batchnorm_range, "bert": bert}
 
 
 def main():
