@@ -159,6 +159,33 @@ def test_overridable_initializer_default_and_override(rng):
     assert_all_same(sess.run(None, {"x": x}), ort_run(model, {"x": x}))
 
 
+def test_ir3_initializers_listed_as_inputs_are_constants(rng, tmp_path):
+    """Before IR 4 every initializer had to be listed among the graph inputs: onnxruntime then treats them as
+    constants (none overridable, so the optimizer may fold them), and so does onnxjit; the written optimized model
+    lists them again, as IR 3 requires."""
+    model = overridable_model()
+    model.ir_version = 3
+    got = assert_same_node_args(model)
+    assert [n for n, _, _ in got["inputs"]] == ["x"]
+    assert got["overridable_initializers"] == []
+    x = rng.standard_normal((2, 3), dtype=np.float32)
+    so = onnxjit.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "opt.onnx")
+    assert_all_same(onnxjit.InferenceSession(model, so).run(None, {"x": x}), ort_run(model, {"x": x}))
+    written = onnx.load(so.optimized_model_filepath)
+    onnx.checker.check_model(written)
+    assert written.ir_version == 3 and {i.name for i in written.graph.initializer} <= {
+        i.name for i in written.graph.input}
+
+
+def test_negative_input_dim_is_free(rng):
+    """A dim_value of -1 (some exporters write it for a free batch) accepts any size, as in onnxruntime."""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [tensor("x", TP.FLOAT, [-1, 3])],
+                       [tensor("y", TP.FLOAT, [-1, 3])])
+    x = rng.standard_normal((6, 3), dtype=np.float32)
+    assert_all_same(onnxjit.InferenceSession(model).run(None, {"x": x}), ort_run(model, {"x": x}))
+
+
 # --- metadata ----------------------------------------------------------------------------------------------------
 def test_modelmeta_matches_onnxruntime():
     model = mlp_model()

@@ -17,6 +17,8 @@ from onnxjit.ir.graph import Attr, Graph, Model, Node, Value
 from onnxjit.ir.types import TensorType, from_type_proto, to_type_proto
 
 _TWO_GB = 2**31 - 1024
+# the first IR version whose graph inputs list only overridable initializers (IR 3 listed them all)
+CONSTANT_INITIALIZERS_IR = 4
 
 
 def normalize_domain(domain: str) -> str:
@@ -189,6 +191,10 @@ def from_onnx(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
             if d.dim_param.startswith("unk__") and d.dim_param not in declared:
                 d.ClearField("dim_param")
     graph = _graph_from_proto(proto.graph, opsets, None, base_dir, payloads)
+    if proto.ir_version < CONSTANT_INITIALIZERS_IR:
+        # before IR 4 every initializer had to be listed among the graph inputs, so being listed there did not
+        # make it overridable: onnxruntime treats them as constants (and folds them); so does onnxjit
+        graph.inputs = [v for v in graph.inputs if v.name not in graph.initializers]
     return Model(graph=graph, ir_version=proto.ir_version, opset_imports=opsets,
                  producer_name=proto.producer_name, producer_version=proto.producer_version,
                  domain=proto.domain, model_version=proto.model_version, doc_string=proto.doc_string,
@@ -241,7 +247,11 @@ def graph_to_proto(g: Graph) -> onnx.GraphProto:
 
 def to_onnx(m: Model) -> onnx.ModelProto:
     opsets = [helper.make_opsetid(d, v) for d, v in m.opset_imports.items()]
-    proto = helper.make_model(graph_to_proto(m.graph), opset_imports=opsets, ir_version=m.ir_version,
+    gp = graph_to_proto(m.graph)
+    if m.ir_version < CONSTANT_INITIALIZERS_IR:  # that IR lists every initializer among the inputs (from_onnx)
+        listed = {vi.name for vi in gp.input}
+        gp.input.extend(_value_info(v) for v in m.graph.initializers.values() if v.name not in listed)
+    proto = helper.make_model(gp, opset_imports=opsets, ir_version=m.ir_version,
                               producer_name=m.producer_name, producer_version=m.producer_version,
                               domain=m.domain, model_version=m.model_version, doc_string=m.doc_string)
     helper.set_model_props(proto, m.metadata_props)

@@ -89,7 +89,7 @@ def _shape_from_proto(tt) -> tuple[Dim, ...] | None:
         return None
     dims: list[Dim] = []
     for d in tt.shape.dim:
-        if d.HasField("dim_value"):
+        if d.HasField("dim_value") and d.dim_value >= 0:  # a negative dim (-1) is free, as in onnxruntime
             dims.append(int(d.dim_value))
         elif d.HasField("dim_param") and d.dim_param:
             dims.append(d.dim_param)
