@@ -97,7 +97,11 @@ CONV_CASES = [
     ((1, 4, 7, 7), (8, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2]), True),  # x2 depthwise
     ((1, 3, 8, 9), (3, 1, 3, 2), dict(group=3, pads=[0, 1, 2, 0], strides=[3, 2]), False),  # rows unread
     ((1, 2, 1, 9), (2, 1, 1, 4), dict(group=2, pads=[0, 3, 0, 0]), True),  # taps past the input's end
+    ((1, 16, 16, 16), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # Winograd, 4x4 tiles
+    ((2, 16, 17, 19), (24, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # Winograd, partial tiles, uneven pads
+    ((1, 32, 30, 14), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # Winograd, several tile-row blocks
 ]
+WINOGRAD_CASES = CONV_CASES[-3:]
 
 
 @pytest.mark.parametrize("xs,ws,attrs,bias,opset",
@@ -118,6 +122,19 @@ def test_conv_same_with_dilations(auto_pad):
     # onnxruntime refuses auto_pad SAME with dilations; the ONNX reference pads for the dilated kernel
     check("Conv", [("x", _rand((1, 2, 7, 8)), False), ("w", _rand((3, 2, 3, 2), seed=1), True)], 11,
           oracle="reference", auto_pad=auto_pad, dilations=[2, 3], strides=[2, 1])
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", WINOGRAD_CASES)
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch):
+    """3x3 stride-1 convs with enough channels and tiles run as Winograd F(4x4, 3x3) (kernels.conv)."""
+    from onnxjit.kernels import conv as kconv
+    calls = []
+    kernel = kconv.conv_winograd
+    monkeypatch.setattr(kconv, "conv_winograd", lambda *a: calls.append(1) or kernel(*a))
+    b = _rand(ws[0], dtype, seed=2) if bias else None
+    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, 1), True), ("b", b, True)], 11, **attrs)
+    assert calls
 
 
 def test_conv_weights_fed():

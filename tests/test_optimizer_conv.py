@@ -43,8 +43,8 @@ def _check(model, feeds, fused_op=None, count=1):
 
 
 def _conv_model(after, *, dtype=np.float32, opset=17, extra_inits=(), extra_inputs=(), outputs=("y",), cin=4,
-                cout=4, seed=0, **conv_attrs):
-    """x [2, cin, 6, 5] -> Conv 3x3 (pads 1) -> c, then the `after` nodes (ending in y)."""
+                cout=4, seed=0, hw=(6, 5), **conv_attrs):
+    """x [2, cin, *hw] -> Conv 3x3 (pads 1) -> c, then the `after` nodes (ending in y)."""
     rng = np.random.default_rng(seed)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
     conv_attrs.setdefault("pads", [1, 1, 1, 1])
@@ -53,9 +53,9 @@ def _conv_model(after, *, dtype=np.float32, opset=17, extra_inits=(), extra_inpu
     inits = [_init("w", (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(dtype)),
              _init("b", rng.standard_normal(cout).astype(dtype)), *extra_inits]
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], **conv_attrs), *after]
-    inputs = [tensor("x", elem, [2, cin, 6, 5]), *extra_inputs]
+    inputs = [tensor("x", elem, [2, cin, *hw]), *extra_inputs]
     model = make_model(nodes, inputs, [tensor(o, elem, None) for o in outputs], opset=opset, initializers=inits)
-    feeds = {"x": rng.standard_normal((2, cin, 6, 5)).astype(dtype)}
+    feeds = {"x": rng.standard_normal((2, cin, *hw)).astype(dtype)}
     for vi in extra_inputs:
         shape = [d.dim_value for d in vi.type.tensor_type.shape.dim]
         feeds[vi.name] = rng.standard_normal(shape).astype(dtype)
@@ -125,6 +125,18 @@ def test_conv_residual_add_relu():
     model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["y"])], pads=[0, 0, 0, 0],
                                extra_inputs=(tensor("z", F32, [2, 4, 4, 3]),))
     _check(model, feeds, "FusedConv")
+
+
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid"])
+def test_conv_winograd_residual_activation(act):
+    """A FusedConv large enough for Winograd (kernels.conv.conv_winograd) adds Z and activates in its epilogue.
+    Winograd's transforms round differently from a direct sum: within 1e-5 of the output's scale."""
+    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
+                               cin=16, cout=24, hw=(18, 17), extra_inputs=(tensor("z", F32, [2, 24, 18, 17]),))
+    sess = _session(model)
+    assert sess.optimization_report.after[f"{DOMAIN}::FusedConv"] == 1
+    got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
 def test_conv_add_broadcast_not_fused():

@@ -293,3 +293,171 @@ def conv_pointwise(x, w, bias, z, group, m_block, kind, act, out, u0, u1):
                     orow[_u(j)] += zrow[_u(j)]
             if kind != IDENTITY:
                 activate(orow, 0, npix, kind, act)
+
+
+# --- Winograd F(4x4, 3x3) ----------------------------------------------------------------------------------------
+# Y = A^T [(G g G^T) . (B^T d B)] A over 6x6 input tiles d giving 4x4 output tiles: 36 multiplies per tile and
+# channel pair where the direct conv needs 144. The weight transform G g G^T is done once (`winograd_weights`);
+# the kernel transforms input tiles (B^T d B), multiplies each of the 36 tile positions as one GEMM over channels,
+# and transforms back (A^T m A).
+WINOGRAD_G = np.array([[1 / 4, 0, 0], [-1 / 6, -1 / 6, -1 / 6], [-1 / 6, 1 / 6, -1 / 6],
+                       [1 / 24, 1 / 12, 1 / 6], [1 / 24, -1 / 12, 1 / 6], [0, 0, 1]])
+
+
+def winograd_weights(w, dtype):
+    """(36, M, C) transformed weights of w (M, C, 3, 3), computed in float64."""
+    g = WINOGRAD_G
+    u = np.einsum("ai,mcij,bj->abmc", g, w.astype(np.float64), g)
+    return np.ascontiguousarray(u.reshape(36, w.shape[0], w.shape[1]).astype(dtype))
+
+
+@njit(cache=True, inline="always")
+def _bt(d0, d1, d2, d3, d4, d5, k):
+    """B^T d: the input transform of a column of 6; k = (2, 4, 5, 8) in the data's dtype (an integer
+    constant would make numba compute a float32 in float64)."""
+    two, four, five = k[0], k[1], k[2]
+    return (four * d0 - five * d2 + d4, d3 + d4 - four * (d1 + d2), four * (d1 - d2) - d3 + d4,
+            two * (d3 - d1) - d2 + d4, two * (d1 - d3) - d2 + d4, four * d1 - five * d3 + d5)
+
+
+@njit(cache=True, inline="always")
+def _at(m0, m1, m2, m3, m4, m5, k):
+    """A^T m: the output transform of a column of 6 (k as for `_bt`)."""
+    s, t = m1 + m2, m1 - m2
+    u, v = m3 + m4, m3 - m4
+    return m0 + s + u, t + k[0] * v, s + k[1] * u, t + k[3] * v + m5
+
+
+@njit(cache=True, nogil=True)
+def conv_winograd(x, uw, bias, z, ph, pw, tile_rows, m_block, kind, act, out, u0, u1):
+    """3x3, stride-1 conv by Winograd F(4x4, 3x3), units [u0, u1) of (image, block of `tile_rows` rows of 4x4
+    output tiles, block of `m_block` output channels). x (N, C, H, W), uw (36, M, C) from `winograd_weights`,
+    out (N, M, OH, OW), z out's shape or empty; ph, pw the head pads.
+
+    A block's tiles are numbered tr * wq + t (wq = tiles per row + 1, the extra one unused), so that each
+    transform is one long loop over all the block's tiles that vectorizes (tile rows alone are 2 to 56 tiles
+    long, shorter than a few vectors): the input's rows are copied zero-padded, B^T runs down the columns
+    elementwise, then along the rows reading every fourth column (an interleaved load LLVM vectorizes); the
+    output transform mirrors it. The 36 GEMMs include the unused tiles (one per tile row)."""
+    n_img, n_ch, in_h, in_w = x.shape
+    m_out = uw.shape[1]
+    oh, ow = out.shape[2], out.shape[3]
+    th, tw = -(-oh // 4), -(-ow // 4)
+    n_tb = -(-th // tile_rows)
+    n_mb = -(-m_out // m_block)
+    wq = tw + 1
+    wp = 4 * wq  # a padded input row
+    dt = out.dtype
+    zero = dt.type(0)
+    kc = (dt.type(2), dt.type(4), dt.type(5), dt.type(8))
+    span = tile_rows * wq  # tiles of a full block
+    rows = np.zeros(6 * span * 4 + 8, dtype=dt)  # [i, tile row, column]: the input rows each tile row reads
+    cols = np.zeros(6 * span * 4 + 8, dtype=dt)
+    res = np.empty(24 * span, dtype=dt)  # [a, j, tile]
+    ybuf = np.empty(16 * span, dtype=dt)  # [i, j, tile]
+    has_bias = bias.size > 0
+    has_z = z.size > 0
+    xf, of, zf = x.reshape(-1), out.reshape(-1), z.reshape(-1)
+    c_lo = min(wp, pw)  # padded columns [c_lo, c_hi) hold input columns
+    c_hi = min(wp, pw + in_w)
+    for u in range(u0, u1):
+        mb = u % n_mb
+        rest = u // n_mb
+        tb = rest % n_tb
+        n = rest // n_tb
+        tr0 = tb * tile_rows
+        tr1 = min(th, tr0 + tile_rows)
+        nr = tr1 - tr0
+        nt = nr * wq
+        m0 = mb * m_block
+        m1 = min(m_out, m0 + m_block)
+        v = np.empty((36, n_ch, nt), dtype=dt)
+        vf = v.reshape(-1)
+        plane = nr * wp  # one of the six row sets
+        for c in range(n_ch):
+            xc = (n * n_ch + c) * in_h * in_w
+            for i in range(6):
+                for k in range(nr):
+                    r = 4 * (tr0 + k) - ph + i
+                    d0 = i * plane + k * wp
+                    if r < 0 or r >= in_h:
+                        for e in range(wp):
+                            rows[_u(d0 + e)] = zero
+                        continue
+                    for e in range(c_lo):
+                        rows[_u(d0 + e)] = zero
+                    src = xc + r * in_w - pw
+                    for e in range(c_lo, c_hi):
+                        rows[_u(d0 + e)] = xf[_u(src + e)]
+                    for e in range(c_hi, wp):
+                        rows[_u(d0 + e)] = zero
+            for e in range(plane):  # B^T down the columns
+                b0, b1, b2, b3, b4, b5 = _bt(rows[_u(e)], rows[_u(plane + e)], rows[_u(2 * plane + e)],
+                                             rows[_u(3 * plane + e)], rows[_u(4 * plane + e)],
+                                             rows[_u(5 * plane + e)], kc)
+                cols[_u(e)] = b0
+                cols[_u(plane + e)] = b1
+                cols[_u(2 * plane + e)] = b2
+                cols[_u(3 * plane + e)] = b3
+                cols[_u(4 * plane + e)] = b4
+                cols[_u(5 * plane + e)] = b5
+            step = n_ch * nt  # from one of the 36 positions to the next in v
+            for a in range(6):  # then along the rows: tile t reads columns 4t .. 4t + 5
+                s0 = a * plane
+                d0 = (a * 6 * n_ch + c) * nt
+                for t in range(nt):
+                    e = s0 + 4 * t
+                    b0, b1, b2, b3, b4, b5 = _bt(cols[_u(e)], cols[_u(e + 1)], cols[_u(e + 2)], cols[_u(e + 3)],
+                                                 cols[_u(e + 4)], cols[_u(e + 5)], kc)
+                    vf[_u(d0 + t)] = b0
+                    vf[_u(d0 + step + t)] = b1
+                    vf[_u(d0 + 2 * step + t)] = b2
+                    vf[_u(d0 + 3 * step + t)] = b3
+                    vf[_u(d0 + 4 * step + t)] = b4
+                    vf[_u(d0 + 5 * step + t)] = b5
+        mb_n = m1 - m0
+        mx = np.empty((36, mb_n, nt), dtype=dt)
+        for p in range(36):
+            np.dot(uw[p, m0:m1], v[p], mx[p])
+        mf = mx.reshape(-1)
+        step = mb_n * nt
+        for m in range(m0, m1):
+            bv = bias[m] if has_bias else zero
+            for a in range(6):  # A^T along the tiles' rows
+                s0 = (a * 6 * mb_n + m - m0) * nt
+                d0 = a * 4 * nt
+                for t in range(nt):
+                    y0, y1, y2, y3 = _at(mf[_u(s0 + t)], mf[_u(s0 + step + t)], mf[_u(s0 + 2 * step + t)],
+                                         mf[_u(s0 + 3 * step + t)], mf[_u(s0 + 4 * step + t)],
+                                         mf[_u(s0 + 5 * step + t)], kc)
+                    res[_u(d0 + t)] = y0
+                    res[_u(d0 + nt + t)] = y1
+                    res[_u(d0 + 2 * nt + t)] = y2
+                    res[_u(d0 + 3 * nt + t)] = y3
+            q4 = 4 * nt
+            for e in range(q4):  # then down the columns: ybuf[i, j, tile] is the tile's row i, column j
+                y0, y1, y2, y3 = _at(res[_u(e)], res[_u(q4 + e)], res[_u(2 * q4 + e)], res[_u(3 * q4 + e)],
+                                     res[_u(4 * q4 + e)], res[_u(5 * q4 + e)], kc)
+                ybuf[_u(e)] = y0 + bv
+                ybuf[_u(q4 + e)] = y1 + bv
+                ybuf[_u(2 * q4 + e)] = y2 + bv
+                ybuf[_u(3 * q4 + e)] = y3 + bv
+            full = ow // 4
+            for k in range(nr):
+                for i in range(min(4, oh - 4 * (tr0 + k))):
+                    o0 = ((n * m_out + m) * oh + 4 * (tr0 + k) + i) * ow
+                    s0 = i * q4 + k * wq
+                    for t in range(full):
+                        of[_u(o0 + 4 * t)] = ybuf[_u(s0 + t)]
+                        of[_u(o0 + 4 * t + 1)] = ybuf[_u(s0 + nt + t)]
+                        of[_u(o0 + 4 * t + 2)] = ybuf[_u(s0 + 2 * nt + t)]
+                        of[_u(o0 + 4 * t + 3)] = ybuf[_u(s0 + 3 * nt + t)]
+                    for j in range(ow - 4 * full):
+                        of[_u(o0 + 4 * full + j)] = ybuf[_u(s0 + j * nt + full)]
+            r0 = ((n * m_out + m) * oh + 4 * tr0) * ow
+            r1 = ((n * m_out + m) * oh + min(oh, 4 * tr1)) * ow
+            if has_z:
+                for j in range(r0, r1):
+                    of[_u(j)] += zf[_u(j)]
+            if kind != IDENTITY:
+                activate(of, r0, r1, kind, act)

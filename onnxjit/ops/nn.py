@@ -299,6 +299,7 @@ def build_conv(node):
     group, strides, dilations, pads = geometry
     kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
     cache = {}
+    winograd_weights = _WinogradWeights()
 
     def plan(xs, ws, itemsize):
         key = (xs, ws, itemsize)
@@ -345,6 +346,13 @@ def build_conv(node):
             if units < nth and work >= PARALLEL_GRAIN:  # few tiles: split the output channels over threads too
                 m_blocks = max(1, min(nth, mg // 32))
             units *= m_blocks
+        if _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+            th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
+            tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
+            units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
+            p = cache[key] = ((n_img, m_out) + tuple(out), None, k3, s3, d3, p3, taps, "winograd", tile_rows,
+                              m_blocks, units, work)
+            return p
         mode = "direct" if direct else "pointwise" if pointwise else "gemm"
         p = cache[key] = ((n_img, m_out) + tuple(out), (n_img, m_out) + o3, k3, s3, d3, p3, taps, mode,
                           tile_rows, m_blocks, units, work)
@@ -357,6 +365,13 @@ def build_conv(node):
         if z is not None and z.shape != shape:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
         consts = act.consts(x.dtype)
+        if mode == "winograd":
+            y = np.empty(shape, dtype=x.dtype)
+            zz = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
+            with single_threaded_blas:
+                run_units(kconv.conv_winograd, (ro(x), winograd_weights.of(w), bias, zz, p[1], p[2], tile_rows,
+                                                m_blocks, act.kind, consts, y), units, work)
+            return (y,)
         if mode == "pointwise":
             y = np.empty((shape[0], shape[1], math.prod(shape[2:])), dtype=x.dtype)
             z3 = ro(z.reshape(y.shape) if z is not None else np.empty((0, 0, 0), dtype=x.dtype))
@@ -380,6 +395,49 @@ def build_conv(node):
         return (y.reshape(shape),)
 
     return run
+
+
+# Winograd F(4x4, 3x3) (kernels.conv.conv_winograd) for 3x3 stride-1 2-D convs: a quarter of the multiplies, in
+# 36 GEMMs over channels. It pays where those GEMMs are wide enough: enough channels, and at least 4x4 tiles.
+WINOGRAD_MIN_CHANNELS = 16
+WINOGRAD_MIN_TILES = 16
+WINOGRAD_BLOCK_BYTES = 1 << 20  # most bytes of a unit's transformed input (36 x channels x tiles): about an L2
+WINOGRAD_MIN_GEMM_TILES = 32  # a unit's tiles, where the budget allows: the width of its GEMMs
+
+
+def _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+    return (r == 2 and group == 1 and list(kernel) == [3, 3] and all(v == 1 for v in strides)
+            and all(v == 1 for v in dilations) and min(cg, m_out) >= WINOGRAD_MIN_CHANNELS
+            and -(-out[0] // 4) * -(-out[1] // 4) >= WINOGRAD_MIN_TILES)
+
+
+def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
+    """(tile rows, output channels) of a conv_winograd unit: a few tile rows per thread, each unit's transformed
+    input within the budget, GEMMs at least WINOGRAD_MIN_GEMM_TILES wide where the budget allows; with fewer
+    such units than threads, the output channels are split too (each such unit transforms the input again)."""
+    budget = max(1, WINOGRAD_BLOCK_BYTES // (36 * cg * wq * itemsize))
+    tile_rows = -(-th * n_img // (2 * nth))
+    tile_rows = max(1, min(th, budget, max(tile_rows, -(-WINOGRAD_MIN_GEMM_TILES // wq))))
+    units = n_img * -(-th // tile_rows)
+    m_blocks = m_out
+    if units < nth:
+        m_blocks = max(WINOGRAD_MIN_CHANNELS, -(-m_out // -(-nth // units)))
+    return tile_rows, m_blocks
+
+
+class _WinogradWeights:
+    """The transformed weights of the last weight seen: computed once for a constant weight."""
+
+    def __init__(self):
+        self.w = None
+        self.u = None
+
+    def of(self, w):
+        if w is not self.w:
+            self.u = kconv.winograd_weights(w, w.dtype)
+            self.u.flags.writeable = False
+            self.w = w
+        return self.u
 
 
 @register_op("NhwcConv", since=1, domain=FUSED_DOMAIN)
