@@ -51,6 +51,10 @@ def sample(shape, dtype, seed=0):
 
 
 def check(shape, dtype=np.float32, opset=19, oracle="ort", tol=1e-5, **kw):
+    if kw.get("coordinate_transformation_mode") == "align_corners" and kw.get("scales") is not None:
+        # from scales, align_corners follows the ONNX reference (test_align_corners_from_scales); onnxruntime's
+        # mapping is the one from sizes
+        kw["sizes"] = [int(np.float32(s) * np.float32(n)) for s, n in zip(kw.pop("scales"), shape)]
     model = resize_model(shape, dtype, opset, **kw)
     x = sample(shape, dtype)
     got = native_session(model).run(None, {"x": x})[0]
@@ -155,6 +159,17 @@ def test_nearest_types_onnxruntime_lacks(dtype, like, crop):
     want = ort.InferenceSession(model.SerializeToString(), providers=[CPU]).run(None, {"x": x})[0]
     assert got.dtype == dtype
     np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_align_corners_from_scales(mode):
+    # scale * length is not whole here: the reference maps onto it (the conformance suite's expected outputs),
+    # onnxruntime onto the truncated output size
+    model = resize_model((2, 3, 5, 7), np.float32, 19, scales=[1, 1, 0.5, 0.7], mode=mode,
+                         coordinate_transformation_mode="align_corners")
+    x = sample((2, 3, 5, 7), np.float32)
+    np.testing.assert_allclose(native_session(model).run(None, {"x": x})[0], ref_run(model, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("mode", ["linear", "cubic"])

@@ -2,5 +2,5 @@
 
 Elementwise ops and activations are not here: the fuser renders them (onnxjit/fuser/exprs.py); elementwise.py
 holds the few over element types the fuser does not compute in (strings, float8)."""
-from onnxjit.ops import (attention, cast, constant, elementwise, indexing, linalg, movement, nn,  # noqa: F401
-                         normalization, reduce, shape)
+from onnxjit.ops import (attention, cast, constant, conv_transpose, elementwise, indexing, linalg,  # noqa: F401
+                         movement, nn, normalization, reduce, resize, shape)

@@ -10,9 +10,10 @@ The tables follow onnxruntime's CPU kernels to the float: source coordinates in 
 computes in double), its rounding of nearest indices, its linear weights (coordinate clamped into the input),
 its cubic coefficients (taps clamped to the edge; exclude_outside renormalizes) and its antialias filter windows
 (Pillow's). Output sizes from scales truncate a float32 product; an axis whose scale is 1 is not resampled, and
-an output of the input's shape is the input itself (onnxruntime skips both, even for tf_crop_and_resize).
-tf_crop_and_resize writes extrapolation_value, after the passes, over each output element one of whose
-coordinates falls outside the input. Nearest copies elements (any dtype, viewed as an unsigned integer of its
+an output of the input's shape is the input itself (onnxruntime skips both, even for tf_crop_and_resize). One
+exception: align_corners from scales maps onto scale * input length, not the truncated output size, as the ONNX
+reference and conformance suite do (onnxruntime differs there). tf_crop_and_resize writes extrapolation_value,
+after the passes, over each output element one of whose coordinates falls outside the input. Nearest copies elements (any dtype, viewed as an unsigned integer of its
 width: exact). Separate passes round linear and cubic results once per axis where onnxruntime sums all taps at
 once: equal up to float rounding.
 
@@ -92,8 +93,11 @@ def _full_axes(spec, rank):
 
 
 def output_geometry(spec, shape, scales, sizes):
-    """(output shape, float32 scale per axis) from scales or sizes (one value per axis in `axes`), as onnxruntime
-    computes them: sizes give scales out/in, narrowed to one scale by keep_aspect_ratio_policy."""
+    """(output shape, float32 scale per axis, float32 resized length per axis) from scales or sizes (one value per
+    axis in `axes`), as onnxruntime computes them: sizes give scales out/in, narrowed to one scale by
+    keep_aspect_ratio_policy. The resized length is scale * input length before truncation when scales are given
+    (align_corners maps onto it, as the ONNX reference and conformance suite do; onnxruntime uses the truncated
+    output size there)."""
     rank = len(shape)
     axes = _full_axes(spec, rank)
     given = scales if scales is not None else sizes
@@ -110,7 +114,7 @@ def output_geometry(spec, shape, scales, sizes):
                 bound = ">= 1" if spec.min_scale_inclusive else "> 0"
                 raise ValueError(f"{spec.op}: scales must be {bound}, got {[float(v) for v in scales]}")
         out = [int(full[i] * F32(shape[i])) for i in range(rank)]
-        return tuple(out), full
+        return tuple(out), full, [full[i] * F32(shape[i]) for i in range(rank)]
     out = list(shape)
     for a, n in zip(axes, sizes):
         if n < 0:
@@ -128,7 +132,7 @@ def output_geometry(spec, shape, scales, sizes):
         for a in axes:
             full[a] = scale
             out[a] = int(_round_half_away(scale * F32(shape[a])))
-    return tuple(out), full
+    return tuple(out), full, [F32(n) for n in out]
 
 
 def full_roi(spec, rank, roi):
@@ -146,8 +150,9 @@ def full_roi(spec, rank, roi):
     return starts, ends
 
 
-def source_coordinates(mode, n_in, n_out, scale, roi_start, roi_end):
-    """Each output coordinate's position in the input (float32), by onnxruntime's formulas and arithmetic."""
+def source_coordinates(mode, n_in, n_out, scale, roi_start, roi_end, resized_length=None):
+    """Each output coordinate's position in the input (float32), by onnxruntime's formulas and arithmetic;
+    align_corners maps onto `resized_length` (default n_out)."""
     x = np.arange(n_out, dtype=F32)
     s, li, lo = F32(scale), F32(n_in), F32(n_out)
     half, one = F32(0.5), F32(1)
@@ -158,7 +163,8 @@ def source_coordinates(mode, n_in, n_out, scale, roi_start, roi_end):
     if mode == "tf_half_pixel_for_nn":
         return (x + half) / s
     if mode == "align_corners":
-        return x * (li - one) / (lo - one) if n_out > 1 else np.zeros(n_out, F32)
+        lr = lo if resized_length is None else F32(resized_length)
+        return x * (li - one) / (lr - one) if lr != one else np.zeros(n_out, F32)
     if mode == "tf_crop_and_resize":
         if n_out > 1:
             return roi_start * (li - one) + (x * (roi_end - roi_start) * (li - one)) / (lo - one)
@@ -282,9 +288,9 @@ def antialias_taps(kind, a, coords, n_in, scale, exclude_outside):
     return taps, wts, counts
 
 
-def axis_pass(spec, axis, n_in, n_out, scale, roi_start, roi_end, dtype):
+def axis_pass(spec, axis, n_in, n_out, scale, resized_length, roi_start, roi_end, dtype):
     """The AxisPass of one resized axis and the mask of its output coordinates outside the input (or None)."""
-    coords = source_coordinates(spec.coordinate_mode, n_in, n_out, scale, roi_start, roi_end)
+    coords = source_coordinates(spec.coordinate_mode, n_in, n_out, scale, roi_start, roi_end, resized_length)
     if n_in == 0:
         raise ValueError(f"{spec.op}: cannot resize an empty dimension {axis} to {n_out} elements")
     if spec.mode == "nearest":
@@ -307,15 +313,15 @@ def axis_pass(spec, axis, n_in, n_out, scale, roi_start, roi_end, dtype):
 
 
 def make_plan(spec, shape, scales, sizes, roi, dtype):
-    out_shape, full = output_geometry(spec, shape, scales, sizes)
+    out_shape, full, resized = output_geometry(spec, shape, scales, sizes)
     if out_shape == tuple(shape) or 0 in out_shape:
         return ResizePlan(out_shape, (), ())
     starts, ends = full_roi(spec, len(shape), roi)
     passes, outside = [], []
-    for axis, (n_in, n_out, s) in enumerate(zip(shape, out_shape, full)):
+    for axis, (n_in, n_out, s, length) in enumerate(zip(shape, out_shape, full, resized)):
         if s == F32(1) and n_in == n_out:
             continue  # onnxruntime leaves an axis of scale 1 as it is
-        p, mask = axis_pass(spec, axis, n_in, n_out, s, starts[axis], ends[axis], dtype)
+        p, mask = axis_pass(spec, axis, n_in, n_out, s, length, starts[axis], ends[axis], dtype)
         passes.append((n_out / n_in, -axis, p))
         if mask is not None:
             outside.append((axis, mask))

@@ -1,0 +1,136 @@
+"""ConvTranspose kernel over 3 spatial dims (1-D inputs come as (1, 1, W), 2-D ones as (H, 1, W), so the first
+spatial dim is always the one output tiles are cut along).
+
+Layouts: x (N, C, D, H, W); wt (group, M/group * KD*KH*KW, C/group), the packed transposed weight (row m*kvol +
+tap); out (N, M, OD, OH, OW); all C-contiguous. Geometry as 3-tuples: kernel k, strides s, dilations d, head
+pads p; `taps` gives per tap e along W its offset e*dw - pw and the input columns [j0, j1) it maps inside the
+output.
+
+A transposed convolution scatters: input pixel (z, y, x) adds W[c, m, a, b, e] * x to output pixel
+(z*sd - pd + a*dd, ...). Per work unit (image, group, tile of output planes along D, block of output channels)
+the kernel takes the input planes that reach its tile, a few at a time: copies them into a contiguous (C/group,
+pixels) buffer, multiplies the packed weight rows of its channels by it with BLAS (`np.dot`; BLAS should run
+single-threaded, the parallelism being over units) into columns (channels*taps, pixels) (for few rows, as a
+64 -> 1 channel layer, a plain loop without the copy), and adds each column
+row into the output planes of its tile (col2im). Units own disjoint output elements, so they run on any threads
+without locks; neighbouring tiles recompute the GEMM columns of the input planes both reach (a kernel taller
+than its stride), a small share when tiles span several planes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from onnxjit.cache.jit import njit
+
+
+@njit(cache=True, inline="always")
+def _u(i):
+    return np.uint64(i)
+
+
+def tap_table(kw, dw, pw, sw, in_w, ow):
+    """Per kernel tap e along W: its output offset e*dw - pw, and the input columns [j0, j1) whose output column
+    j*sw + offset falls inside [0, ow)."""
+    tab = np.empty((3, kw), dtype=np.int64)
+    for e in range(kw):
+        off = e * dw - pw
+        j0 = 0 if off >= 0 else (-off + sw - 1) // sw
+        j1 = min(in_w, (ow - off + sw - 1) // sw if ow > off else 0)
+        tab[0, e], tab[1, e], tab[2, e] = off, j0, max(j0, j1)
+    return tab
+
+
+@njit(cache=True, nogil=True)
+def conv_transpose(x, wt, bias, k, s, d, p, taps, tile_planes, m_blocks, chunk_planes, use_blas, out, u0, u1):
+    """Units [u0, u1) of (image, group, tile of `tile_planes` output planes, block of output channels); input
+    planes are taken `chunk_planes` at a time. `bias` is a length-M array or empty. Without `use_blas` the
+    columns are computed by a loop over input channels (for few rows, where copying the input for BLAS costs
+    more than the product)."""
+    n_img, n_ch, in_d, in_h, in_w = x.shape
+    group = wt.shape[0]
+    m_out, od, oh, ow = out.shape[1], out.shape[2], out.shape[3], out.shape[4]
+    cg = n_ch // group
+    mg = m_out // group
+    kd, kh, kw = k
+    sd, sh, sw = s
+    dd, dh, dw = d
+    pd, ph = p[0], p[1]
+    kvol = kd * kh * kw
+    plane = in_h * in_w
+    n_tiles = (od + tile_planes - 1) // tile_planes
+    mb = (mg + m_blocks - 1) // m_blocks
+    has_bias = bias.size > 0
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    xbuf = np.empty(cg * chunk_planes * plane if use_blas else 0, dtype=out.dtype)
+    colbuf = np.empty(mb * kvol * chunk_planes * plane, dtype=out.dtype)
+    for u in range(u0, u1):
+        mblk = u % m_blocks
+        rest = u // m_blocks
+        tile = rest % n_tiles
+        rest //= n_tiles
+        g = rest % group
+        n = rest // group
+        r0 = tile * tile_planes
+        r1 = min(od, r0 + tile_planes)
+        m0 = mblk * mb
+        m1 = min(mg, m0 + mb)
+        if m0 >= m1:
+            continue
+        out_plane = oh * ow
+        for m in range(m0, m1):  # the tile's output starts as the bias
+            base = ((n * m_out + g * mg + m) * od + r0) * out_plane
+            bv = bias[g * mg + m] if has_bias else out.dtype.type(0)
+            for q in range((r1 - r0) * out_plane):
+                of[_u(base + q)] = bv
+        # input planes z reaching output planes [r0, r1): r0 <= z*sd - pd + a*dd < r1 for some tap a
+        z0 = max(0, -((-(r0 + pd - (kd - 1) * dd)) // sd))
+        z1 = min(in_d, (r1 - 1 + pd) // sd + 1)
+        rows = (m1 - m0) * kvol
+        wblk = wt[g, m0 * kvol:m1 * kvol]
+        for c0 in range(z0, z1, chunk_planes):
+            c1 = min(z1, c0 + chunk_planes)
+            npx = (c1 - c0) * plane
+            cols = colbuf[:rows * npx].reshape((rows, npx))
+            if use_blas:
+                xs = xbuf[:cg * npx].reshape((cg, npx))
+                for c in range(cg):
+                    src = ((n * n_ch + g * cg + c) * in_d + c0) * plane
+                    dst = xs[c]
+                    for q in range(npx):
+                        dst[_u(q)] = xf[_u(src + q)]
+                np.dot(wblk, xs, cols)
+            else:  # few rows: a product row by row, reading the input in place
+                cols[:] = 0
+                for c in range(cg):
+                    src = ((n * n_ch + g * cg + c) * in_d + c0) * plane
+                    for t in range(rows):
+                        wv = wblk[t, c]
+                        dst = cols[t]
+                        for q in range(npx):
+                            dst[_u(q)] += wv * xf[_u(src + q)]
+            for r in range(rows):
+                m = m0 + r // kvol
+                tap = r % kvol
+                a = tap // (kh * kw)
+                b = (tap // kw) % kh
+                e = tap % kw
+                off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+                row = cols[r]
+                obase = (n * m_out + g * mg + m) * od
+                for z in range(c0, c1):
+                    oz = z * sd - pd + a * dd
+                    if oz < r0 or oz >= r1:
+                        continue
+                    for y in range(in_h):
+                        oy = y * sh - ph + b * dh
+                        if oy < 0 or oy >= oh:
+                            continue
+                        o0 = ((obase + oz) * oh + oy) * ow + off
+                        i0 = ((z - c0) * in_h + y) * in_w
+                        if sw == 1:
+                            for j in range(j0, j1):
+                                of[_u(o0 + j)] += row[_u(i0 + j)]
+                        else:
+                            for j in range(j0, j1):
+                                of[_u(o0 + j * sw)] += row[_u(i0 + j)]
