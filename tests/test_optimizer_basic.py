@@ -355,8 +355,8 @@ def test_conv_add_and_mul_of_per_channel_constants_fold(op, shape):
 
 def test_conv_folding_needs_a_single_reader_a_per_channel_constant_and_inference_batchnorm():
     bn = helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["y"])
-    used_twice = conv_model([bn], bn_inits(), extra_outputs=["c"])
-    check(used_twice, {"x": randn(1, 2, 4, 4)}, {"Conv": 1, "BatchNormalization": 1})
+    used_twice = conv_model([bn], bn_inits(), extra_outputs=["c"])  # left as per-channel Mul + Add
+    check(used_twice, {"x": randn(1, 2, 4, 4)}, {"Conv": 1, "BatchNormalization": 0, "Mul": 1, "Add": 1})
     per_column = conv_model([helper.make_node("Add", ["c", "k"], ["y"])], [init("k", randn(1, 1, 1, 4))])
     check(per_column, {"x": randn(1, 2, 4, 4)}, {"Conv": 1, "Add": 1})
     runtime_scale = conv_model([helper.make_node("Mul", ["c", "x2"], ["y"])], [])
@@ -366,6 +366,20 @@ def test_conv_folding_needs_a_single_reader_a_per_channel_constant_and_inference
                                 ["y", "running_mean", "running_var"], training_mode=1)
     ir, _ = optimized(conv_model([training], bn_inits(), opset=15, extra_outputs=["running_mean", "running_var"]))
     assert sorted(n.op_type for n in ir.graph.nodes) == ["BatchNormalization", "Conv"]
+
+
+@pytest.mark.parametrize("dtype,shape,opset", [(np.float32, (2, 3, 4, 5), 9), (np.float32, (2, 3, 7), 15),
+                                               (np.float64, (1, 3, 2, 2, 3), 17)])
+def test_batchnorm_not_after_a_conv_becomes_per_channel_mul_add(dtype, shape, opset):
+    """BatchNormalization after a Relu (as after DenseNet's Concat) becomes Mul + Add of per-channel constants,
+    which the fuser computes with the ops around them in one kernel."""
+    elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    nodes = [helper.make_node("Relu", ["x"], ["r"]),
+             helper.make_node("BatchNormalization", ["r", "scale", "bias", "mean", "var"], ["y"], epsilon=1e-3)]
+    model = make_model(nodes, [tensor("x", elem, list(shape))], [tensor("y", elem, None)], initializers=bn_inits(dtype),
+                       opset=opset)
+    reference = ort_run if dtype == np.float32 else ref_run
+    check(model, {"x": randn(*shape, dtype=dtype)}, {"BatchNormalization": 0, "Mul": 1, "Add": 1}, reference)
 
 
 @pytest.mark.parametrize("opset", [6, 13])

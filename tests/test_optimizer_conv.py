@@ -139,6 +139,21 @@ def test_conv_winograd_residual_activation(act):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+def test_sum_residual_fuses_once_folded_weights_give_shapes():
+    """Weights computed by ConstantOfShape (as the model-zoo light models ship them) leave the Conv outputs'
+    shapes unknown at load; after folding, inference finds them, and Conv -> Sum(shortcut) -> Relu (a Sum of two
+    is an Add) becomes one FusedConv."""
+    model, feeds = _conv_model([helper.make_node("Sum", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
+                               extra_inputs=(tensor("z", F32, [2, 4, 6, 5]),))
+    w = next(i for i in model.graph.initializer if i.name == "w")
+    model.graph.initializer.remove(w)
+    model.graph.initializer.append(_init("w_shape", np.array(w.dims, np.int64)))
+    model.graph.node.insert(0, helper.make_node("ConstantOfShape", ["w_shape"], ["w"],
+                                                value=helper.make_tensor("v", TensorProto.FLOAT, [1], [0.05])))
+    ops = _check(model, feeds, "FusedConv")
+    assert ops["Sum"] == 0 and ops["Relu"] == 0
+
+
 def test_conv_add_broadcast_not_fused():
     model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node("Relu", ["s"], ["y"])],
                                extra_inputs=(tensor("z", F32, [1, 4, 6, 5]),))

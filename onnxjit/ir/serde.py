@@ -232,12 +232,19 @@ def node_to_proto(n: Node) -> onnx.NodeProto:
     return p
 
 
-def graph_to_proto(g: Graph) -> onnx.GraphProto:
+def _initializer_proto(v: Value, structure_only: bool) -> onnx.TensorProto:
+    if structure_only and v.const.size > STRUCTURE_PAYLOAD_ELEMENTS:  # dims and type are all inference reads
+        return onnx.TensorProto(name=v.name, data_type=v.type.elem_type, dims=v.const.shape)
+    return numpy_helper.from_array(v.const, v.name)
+
+
+def graph_to_proto(g: Graph, structure_only: bool = False) -> onnx.GraphProto:
+    """`structure_only`: large initializers without their data (see `structure_only`), for shape inference."""
     inputs = {v.name for v in g.inputs}
     gp = onnx.GraphProto(name=g.name, doc_string=g.doc_string)
     gp.input.extend(_value_info(v) for v in g.inputs)
     gp.output.extend(_value_info(v) for v in g.outputs)
-    gp.initializer.extend(numpy_helper.from_array(v.const, v.name) for v in g.initializers.values())
+    gp.initializer.extend(_initializer_proto(v, structure_only) for v in g.initializers.values())
     gp.node.extend(node_to_proto(n) for n in g.nodes)
     outputs = {v.name for v in g.outputs}
     gp.value_info.extend(_value_info(v) for n in g.nodes for v in n.outputs
@@ -245,9 +252,9 @@ def graph_to_proto(g: Graph) -> onnx.GraphProto:
     return gp
 
 
-def to_onnx(m: Model) -> onnx.ModelProto:
+def to_onnx(m: Model, structure_only: bool = False) -> onnx.ModelProto:
     opsets = [helper.make_opsetid(d, v) for d, v in m.opset_imports.items()]
-    gp = graph_to_proto(m.graph)
+    gp = graph_to_proto(m.graph, structure_only)
     if m.ir_version < CONSTANT_INITIALIZERS_IR:  # that IR lists every initializer among the inputs (from_onnx)
         listed = {vi.name for vi in gp.input}
         gp.input.extend(_value_info(v) for v in m.graph.initializers.values() if v.name not in listed)
@@ -260,7 +267,7 @@ def to_onnx(m: Model) -> onnx.ModelProto:
 
 def infer_model_types(m: Model) -> None:
     """Re-run ONNX type/shape inference over the IR (after a rewrite) and store what it finds on the Values."""
-    inferred = infer_types(to_onnx(m))
+    inferred = infer_types(to_onnx(m, structure_only=True))
     types = {vi.name: from_type_proto(vi.type) for vi in inferred.graph.value_info}
     for node in m.graph.nodes:
         for v in node.outputs:

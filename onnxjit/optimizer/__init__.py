@@ -126,21 +126,39 @@ def _run_levels(model: Model, level: int, ctx: PassContext) -> None:
             break
         passes = [p for p in PASSES if p.level == tier
                   and (not p.providers or any(n in ctx.providers for n in p.providers))]
-        for _ in range(MAX_ROUNDS):
-            changed = 0
-            for p in passes:
-                for g in _graphs(model.graph):
-                    try:
-                        n = p.fn(g, ctx)
-                    except Exception as e:  # noqa: BLE001 - named, and handled by the caller
-                        raise OptimizerError(f"graph optimization pass {p.name!r} failed on graph {g.name!r}: "
-                                             f"{type(e).__name__}: {e}") from e
-                    if n:
-                        ctx.counter[p.name] += n
-                        changed += n
-                        g.sort()
-            if not changed:
-                break
+        _to_fixpoint(model, passes, ctx)
+        missing = _shapes_missing(model.graph) if tier == BASIC else 0
+        if missing:
+            # weights computed by constant subgraphs (ConstantOfShape, ...) left their readers' shapes unknown
+            # at load; folded, they let inference find them, which passes with static-shape checks need
+            from onnxjit.ir.serde import infer_model_types
+            infer_model_types(model)
+            if _shapes_missing(model.graph) < missing:
+                _to_fixpoint(model, passes, ctx)
+
+
+def _to_fixpoint(model: Model, passes: list[RegisteredPass], ctx: PassContext) -> None:
+    for _ in range(MAX_ROUNDS):
+        changed = 0
+        for p in passes:
+            for g in _graphs(model.graph):
+                try:
+                    n = p.fn(g, ctx)
+                except Exception as e:  # noqa: BLE001 - named, and handled by the caller
+                    raise OptimizerError(f"graph optimization pass {p.name!r} failed on graph {g.name!r}: "
+                                         f"{type(e).__name__}: {e}") from e
+                if n:
+                    ctx.counter[p.name] += n
+                    changed += n
+                    g.sort()
+        if not changed:
+            break
+
+
+def _shapes_missing(graph: Graph) -> int:
+    """How many node outputs have no known shape."""
+    return sum(1 for n in graph.nodes for v in n.outputs
+               if v.name and (v.type is None or getattr(v.type, "shape", ()) is None))
 
 
 def optimize_model(model, level: int, providers: Sequence[str] = (CPU_PROVIDER,)):

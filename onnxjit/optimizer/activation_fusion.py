@@ -179,7 +179,7 @@ def activation_fusion(graph: Graph, ctx: PassContext) -> int:
     for node in list(graph.nodes):
         if node.graph is not graph or node.domain != "":
             continue  # removed by an earlier rewrite of this sweep
-        if node.op_type == "Add":
+        if node.op_type == "Add" or (node.op_type == "Sum" and len(node.inputs) == 2):  # Sum of two is Add
             fused += _fuse_residual(graph, ctx, node)
         elif node.op_type in ACTIVATION_PARAM_COUNTS:
             fused += _fuse_activation(graph, ctx, node)

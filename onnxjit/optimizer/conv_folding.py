@@ -9,6 +9,11 @@
 becomes the Conv alone with new weight and bias initializers (the old ones stay for their other readers, and go
 with dead-node elimination otherwise). The arithmetic is done in float64 and cast back to the weights' dtype.
 
+`batchnorm_as_affine`: a BatchNormalization in inference that is left (its input is no Conv's to fold into: after
+a Concat or a pooling, as in DenseNet's pre-activation blocks) becomes Mul(x, s) then Add(., bias - mean * s) with
+per-channel constants [C, 1, ...]: the elementwise fuser then computes it in one kernel with the Mul/Add/Relu
+around it, one pass over memory where the BatchNormalization kernel was a pass of its own.
+
 `merge_relu_clip`: Relu then Clip is Clip with min = max(min, 0); Clip then Relu is Clip with min = max(min, 0)
 and max = max(max, 0). Clip's bounds are attributes before opset 11 and constant inputs since.
 """
@@ -17,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.ir.graph import Graph, Node, Value
+from onnxjit.ir.types import TensorType
 from onnxjit.optimizer import BASIC, PassContext, graph_pass
 from onnxjit.optimizer.pattern import (attr_value, clip_bound_inputs, const_value, fresh_name, make_attr,
                                        pinned_names, replace_value, set_input, tensor_type)
@@ -104,6 +110,44 @@ def fold_conv_scale_bias(graph: Graph, ctx: PassContext) -> int:
         graph.remove(reader)
         folded += 1
     return folded
+
+
+@graph_pass(BASIC)
+def batchnorm_as_affine(graph: Graph, ctx: PassContext) -> int:
+    pinned = pinned_names(graph)
+    taken: set[str] | None = None
+    rewritten = 0
+    for bn in list(graph.nodes):
+        if bn.op_type != "BatchNormalization" or bn.domain != "" or bn.graph is not graph:
+            continue
+        x_type = tensor_type(bn.inputs[0])
+        scale = const_value(bn.inputs[1], graph) if len(bn.inputs) == 5 else None
+        if x_type is None or x_type.shape is None or len(x_type.shape) < 2 or scale is None or scale.ndim != 1 \
+                or x_type.dtype not in FLOAT_DTYPES:
+            continue
+        params = _batch_norm_params(bn, graph, scale.shape[0], pinned)
+        if params is None:
+            continue
+        bn_scale, bn_bias, mean, var, epsilon = params
+        s = bn_scale / np.sqrt(var + epsilon)
+        shape = (-1,) + (1,) * (len(x_type.shape) - 2)
+        taken = taken if taken is not None else graph.names()
+        base = bn.name or bn.outputs[0].name
+        s_v = graph.add_initializer(fresh_name(graph, f"{base}_scale", taken), s.reshape(shape).astype(x_type.dtype))
+        b_v = graph.add_initializer(fresh_name(graph, f"{base}_shift", taken),
+                                    (bn_bias - mean * s).reshape(shape).astype(x_type.dtype))
+        scaled = Value(fresh_name(graph, f"{base}_scaled", taken), TensorType(x_type.elem_type, x_type.shape))
+        taken.add(scaled.name)
+        node_names = {n.name for n in graph.nodes}
+        mul = Node("Mul", [bn.inputs[0], s_v], [scaled], name=fresh_name(graph, f"{base}_mul", node_names),
+                   opset=ctx.opset(""))
+        add = Node("Add", [scaled, b_v], [bn.outputs[0]], name=fresh_name(graph, f"{base}_add", node_names),
+                   opset=ctx.opset(""))
+        graph.insert_before(bn, mul)
+        graph.insert_before(bn, add)  # takes over the output Value: its name, readers and graph-output place
+        graph.remove(bn)
+        rewritten += 1
+    return rewritten
 
 
 def _clip_bounds(clip: Node, graph: Graph) -> tuple[np.ndarray | None, np.ndarray | None] | None:
