@@ -20,7 +20,7 @@ import numba
 import numpy as np
 from onnx import TensorProto
 
-from onnxjit import contrib
+from onnxjit import affinity, contrib
 from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.kernels import conv as kconv
 from onnxjit.kernels import linalg as klinalg
@@ -45,7 +45,7 @@ CHUNKS_PER_THREAD = 4  # chunks a parallel call is cut into, per thread: threads
 # The kernels are serial `nogil` Numba functions over a range of work units; a parallel call cuts the units into
 # chunks that the calling thread and pool workers take dynamically. Compared with numba's prange this compiles
 # several times faster (no parfor lowering), a stalled thread (a busy machine) only delays the chunk it holds,
-# and no OpenMP team spins next to the BLAS.
+# and no OpenMP team spins next to the BLAS. Its workers are pinned one to a core (onnxjit.affinity).
 _executor = None
 _executor_size = 0
 _executor_lock = threading.Lock()
@@ -55,7 +55,9 @@ def _workers(n):
     global _executor, _executor_size
     with _executor_lock:
         if _executor is None or _executor_size < n:
-            _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="onnxjit-cpu")
+            worker_index = itertools.count(1)  # the caller is worker 0
+            _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="onnxjit-cpu",
+                                           initializer=lambda: affinity.pin_this_thread_as_worker(next(worker_index)))
             _executor_size = n
         return _executor
 

@@ -1,0 +1,69 @@
+"""onnxjit pins its own worker threads one to a core (onnxjit.affinity), never the calling thread: checked in new
+processes, through each thread's CPU mask in /proc."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from onnxjit import affinity
+
+CHILD = r"""
+import json, os
+import numpy as np
+from onnx import TensorProto as TP, helper
+import onnxjit
+from onnxjit.ops.nn import run_units
+
+before = sorted(os.sched_getaffinity(0))
+m = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                        [helper.make_tensor_value_info("x", TP.FLOAT, [4])],
+                                        [helper.make_tensor_value_info("y", TP.FLOAT, [4])]))
+onnxjit.InferenceSession(m.SerializeToString()).run(None, {"x": np.ones(4, np.float32)})
+run_units(lambda u0, u1: None, (), 16, 1 << 30)  # enough work to start onnxjit's own pool
+masks = {}
+for tid in os.listdir("/proc/self/task"):
+    with open(f"/proc/self/task/{tid}/status") as f:
+        masks[tid] = f.read().split("Cpus_allowed_list:")[1].split()[0]
+print(json.dumps({"caller_before": before, "caller_after": sorted(os.sched_getaffinity(0)),
+                  "main": masks[str(os.getpid())], "masks": masks}))
+"""
+
+
+def _child(env_extra: dict) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in affinity.USER_PLACEMENT_VARIABLES}
+    env.pop("ONNXJIT_PIN_THREADS", None)
+    env.update(env_extra)
+    out = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _single_core(mask: str) -> bool:
+    return mask.isdigit()
+
+
+def test_workers_pinned_one_to_a_core_caller_left_free():
+    got = _child({})
+    cores = affinity.allowed_cores()
+    assert got["caller_before"] == got["caller_after"] == cores  # the caller's thread keeps its mask
+    pinned = {t: m for t, m in got["masks"].items() if _single_core(m) and m != got["main"]}
+    if len(cores) > 1:
+        # Numba's worker (OpenMP) and onnxjit's pool worker, each on the second core
+        assert len(pinned) >= 2, got
+        assert all(int(m) == affinity.core_of_worker(1, cores) for m in pinned.values()), got
+    else:
+        assert not pinned, got
+
+
+@pytest.mark.parametrize("env", [{"ONNXJIT_PIN_THREADS": "0"}, {"OMP_PROC_BIND": "false"}])
+def test_pinning_off_when_asked_or_when_the_user_places_openmp_threads(env):
+    got = _child(env)
+    assert not any(_single_core(m) for m in got["masks"].values()) or len(affinity.allowed_cores()) == 1, got
+
+
+def test_core_of_worker_wraps_over_the_allowed_cores():
+    assert [affinity.core_of_worker(k, [2, 5]) for k in range(4)] == [2, 5, 2, 5]
