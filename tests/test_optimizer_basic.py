@@ -160,6 +160,20 @@ def test_huge_outputs_are_not_folded():
     check(small, {}, {"ConstantOfShape": 0, "ReduceSum": 0})
 
 
+def test_outputs_no_larger_than_a_constant_input_fold_past_the_limit(monkeypatch):
+    """A Transpose of a large constant (a tied embedding read as the LM head) folds whatever its size; a
+    ConstantOfShape growing past the limit still does not."""
+    from onnxjit.optimizer import constant_folding
+    monkeypatch.setattr(constant_folding, "MAX_FOLDED_ELEMENTS", 100)
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["y"]),
+             helper.make_node("ConstantOfShape", ["shape"], ["big"]), helper.make_node("ReduceSum", ["big"], ["s"])]
+    model = make_model(nodes, [tensor("x", TP.FLOAT, [2, 10])], [tensor("y", TP.FLOAT, [2, 20]),
+                                                                 tensor("s", TP.FLOAT, None)],
+                       initializers=[init("w", randn(20, 10)), init("shape", np.array([101], np.int64))])
+    ir, _ = optimized(model)
+    assert sorted(n.op_type for n in ir.graph.nodes) == ["ConstantOfShape", "MatMul", "ReduceSum"]
+
+
 def test_nodes_with_subgraphs_are_not_folded_but_their_bodies_are():
     def branch(name, value):
         nodes = [helper.make_node("Constant", [], [f"{name}_c"], value_floats=[value, value]),

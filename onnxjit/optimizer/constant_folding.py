@@ -8,7 +8,7 @@ shapes are static fold too, so the Shape->Gather->Unsqueeze->Concat chains expor
 fold when shapes are static.
 
 Never folded: random ops (each run draws anew), nodes with subgraphs, domains other than ai.onnx and ai.onnx.ml,
-outputs that are not tensors, and outputs above MAX_FOLDED_ELEMENTS. DequantizeLinear of a constant folds:
+outputs that are not tensors, and outputs above MAX_FOLDED_ELEMENTS and above every constant input's size. DequantizeLinear of a constant folds:
 onnxruntime keeps it for its QDQ fusions, which onnxjit does not have, so folding only saves the per-run work.
 """
 from __future__ import annotations
@@ -28,7 +28,9 @@ log = logging.getLogger("onnxjit")
 
 # A folded value stays resident for the session's life (and in a saved optimized model, which protobuf caps at
 # 2 GiB), while computed at run time it lives only until its last reader. Past 16M elements (64 MiB of float32)
-# that costs more than it saves: ConstantOfShape/Expand/Tile/Range of small constants stay computed.
+# that costs more than it saves: ConstantOfShape/Expand/Tile/Range of small constants stay computed. An output no
+# larger than a constant it reads folds whatever its size (a tied 50257x768 embedding's Transpose for the LM head
+# was recomputed at every run, 0.4-0.7 s of a GPT-2 step): it costs no more than what is resident already.
 MAX_FOLDED_ELEMENTS = 1 << 24
 
 FOLDABLE_DOMAINS = frozenset({"", "ai.onnx.ml"})
@@ -106,9 +108,10 @@ def _evaluate(node: Node, args: list[np.ndarray | None], ctx: PassContext) -> li
     return [np.asarray(v) if isinstance(v, np.generic) else v for v in outs]
 
 
-def _fits(v: Value, array: Any) -> bool:
-    """Whether `array` can stand for `v`: a tensor of v's element type and (where known) static shape."""
-    if not isinstance(array, np.ndarray) or array.size > MAX_FOLDED_ELEMENTS:
+def _fits(v: Value, array: Any, limit: int) -> bool:
+    """Whether `array` can stand for `v`: a tensor of v's element type and (where known) static shape, of at
+    most `limit` elements."""
+    if not isinstance(array, np.ndarray) or array.size > limit:
         return False
     t = tensor_type(v)
     if v.type is not None and t is None:  # a sequence, map or optional
@@ -154,13 +157,14 @@ def _folded(node: Node, graph: Graph, ctx: PassContext) -> list[np.ndarray] | No
     # a node that did not fold would not fold in the next round either: evaluate it once per optimize()
     unfoldable = ctx.__dict__.setdefault("unfoldable_nodes", set())
     estimate = _estimated_elements(node, args)
-    if node in unfoldable or estimate is None or estimate > MAX_FOLDED_ELEMENTS:
+    limit = max([MAX_FOLDED_ELEMENTS] + [a.size for a in args if isinstance(a, np.ndarray)])
+    if node in unfoldable or estimate is None or estimate > limit:
         return None
     while args and args[-1] is None:
         args.pop()
     outs = _evaluate(node, args, ctx)
     if (outs is None or len(outs) < len(node.outputs)
-            or not all(_fits(v, a) for v, a in zip(node.outputs, outs) if v.name)):
+            or not all(_fits(v, a, limit) for v, a in zip(node.outputs, outs) if v.name)):
         unfoldable.add(node)
         return None
     return outs[:len(node.outputs)]
