@@ -3,12 +3,11 @@
 Layouts: x (N, C, D, H, W), w (M, C/group, KD, KH, KW), all C-contiguous. Geometry comes as 3-tuples: kernel k,
 strides s, dilations d, head pads p; `taps` is the per-tap table along W (`tap_table`). Each kernel fills its
 share [u0, u1) of the work units into a preallocated output and releases the GIL, so the caller can spread the
-units over threads. Three strategies:
-  * `conv_gemm`: units (image, group, tile of output rows, block of output channels); per unit an im2col
-    buffer times the group's weights with BLAS (`np.dot`, float32 stays float32; BLAS should run
-    single-threaded here, the parallelism being over units).
-  * `conv_pointwise`: 1x1, stride 1, no padding: the input is the GEMM operand as it is, units (image, group,
-    block of output channels).
+units over threads. Strategies:
+  * `conv_gemm`: units (image, group, tile of output rows, block of output channels); per unit the group's
+    weights times the tile's im2col matrix with BLAS (float32 stays float32; BLAS runs single-threaded here, the
+    parallelism being over units); 1x1 unpadded stride-1 convs read the input as it is, no im2col.
+  * `conv_winograd`: 3x3 stride-1 2-D convs with enough channels and tiles, by Winograd F(4x4, 3x3).
   * `conv_direct`: units (image, output channel), accumulating shifted zero-padded input planes; for grouped
     convs with few channels per group (depthwise), where a GEMM per group would be tiny.
   * `conv_depthwise_nhwc`: depthwise convs on channels-last images (com.onnxjit NhwcConv, written by the
@@ -25,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate
 
 
@@ -52,9 +52,13 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
 
 
 @njit(cache=True, nogil=True)
-def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind, act, out, u0, u1):
-    """Conv as im2col + GEMM, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of output
-    channels). out is (N, M, OD, OH, OW); `bias` is a length-M array or empty; z is out's shape or empty."""
+def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointwise, kind, act, out, u0, u1):
+    """Conv as GEMMs, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of `m_block`
+    output channels): the group's weights times the tile's im2col matrix, or, for a pointwise conv
+    (`pointwise`: 1x1, stride 1, unpadded), times the tile's block of input columns as it lies in x. The GEMM
+    writes its block of output rows in place (blas.gemm on strided views), and the epilogue runs over those
+    rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array or empty; z is out's
+    shape or empty."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
@@ -68,18 +72,18 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind,
     kk = cg * kvol
     nrows = od * oh
     wm = w.reshape((group, mg, kk))
+    x3 = x.reshape((n_img, n_ch, in_d * in_h * in_w))
     out3 = out.reshape((n_img, m_out, nrows * ow))
     has_z = z.size > 0
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     ntiles = (nrows + tile_rows - 1) // tile_rows
-    mb = (mg + m_blocks - 1) // m_blocks
+    n_mb = (mg + m_block - 1) // m_block
     has_bias = bias.size > 0
     zero = out.dtype.type(0)
-    colbuf = np.empty(kk * tile_rows * ow, dtype=out.dtype)
-    resbuf = np.empty(mb * tile_rows * ow, dtype=out.dtype)
+    colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=out.dtype)
     for u in range(u0, u1):
-        mblk = u % m_blocks
-        rest = u // m_blocks
+        mblk = u % n_mb
+        rest = u // n_mb
         tile = rest % ntiles
         rest //= ntiles
         g = rest % group
@@ -87,57 +91,55 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_blocks, kind,
         r0 = tile * tile_rows
         r1 = min(nrows, r0 + tile_rows)
         npx = (r1 - r0) * ow
-        m0 = mblk * mb
-        m1 = min(mg, m0 + mb)
-        if m0 >= m1:
-            continue
-        cols = colbuf[:kk * npx].reshape((kk, npx))
-        for r in range(kk):
-            c = r // kvol
-            rem = r - c * kvol
-            a = rem // (kh * kw)
-            rem -= a * (kh * kw)
-            b = rem // kw
-            e = rem - b * kw
-            xc = x[n, g * cg + c]
-            row = cols[r]
-            off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
-            for q in range(r0, r1):
-                i = q // oh
-                h = q - i * oh
-                zd = i * sd - pd + a * dd
-                zh = h * sh - ph + b * dh
-                base = (q - r0) * ow
-                if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
-                    for j in range(ow):
-                        row[_u(base + j)] = 0
-                    continue
-                src = xc[zd, zh]
-                for j in range(j0):
-                    row[_u(base + j)] = 0
-                if sw == 1:
-                    for j in range(j0, j1):
-                        row[_u(base + j)] = src[_u(j + off)]
-                else:
-                    for j in range(j0, j1):
-                        row[_u(base + j)] = src[_u(j * sw + off)]
-                for j in range(j1, ow):
-                    row[_u(base + j)] = 0
-        res = resbuf[:(m1 - m0) * npx].reshape((m1 - m0, npx))
-        np.dot(wm[g, m0:m1], cols, res)
         p0 = r0 * ow
-        for m in range(m0, m1):
-            mo = g * mg + m
-            bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
+        m0 = g * mg + mblk * m_block
+        m1 = min(g * mg + mg, m0 + m_block)
+        if pointwise:
+            operand = x3[n, g * cg:(g + 1) * cg, p0:p0 + npx]
+        else:
+            operand = colbuf[:kk * npx].reshape((kk, npx))
+            for r in range(kk):
+                c = r // kvol
+                rem = r - c * kvol
+                a = rem // (kh * kw)
+                rem -= a * (kh * kw)
+                b = rem // kw
+                e = rem - b * kw
+                xc = x[n, g * cg + c]
+                row = operand[r]
+                off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+                for q in range(r0, r1):
+                    i = q // oh
+                    h = q - i * oh
+                    zd = i * sd - pd + a * dd
+                    zh = h * sh - ph + b * dh
+                    base = (q - r0) * ow
+                    if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
+                        for j in range(ow):
+                            row[_u(base + j)] = 0
+                        continue
+                    src = xc[zd, zh]
+                    for j in range(j0):
+                        row[_u(base + j)] = 0
+                    if sw == 1:
+                        for j in range(j0, j1):
+                            row[_u(base + j)] = src[_u(j + off)]
+                    else:
+                        for j in range(j0, j1):
+                            row[_u(base + j)] = src[_u(j * sw + off)]
+                    for j in range(j1, ow):
+                        row[_u(base + j)] = 0
+        gemm(wm[g, m0 - g * mg:m1 - g * mg], operand, out3[n, m0:m1, p0:p0 + npx], 1.0, 0.0)
+        for mo in range(m0, m1):
             orow = out3[n, mo]
-            rrow = res[m - m0]
+            bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
             if has_z:
                 zrow = z3[n, mo]
-                for j in range(npx):
-                    orow[_u(p0 + j)] = (rrow[_u(j)] + bv) + zrow[_u(p0 + j)]
-            else:
-                for j in range(npx):
-                    orow[_u(p0 + j)] = rrow[_u(j)] + bv
+                for j in range(p0, p0 + npx):
+                    orow[_u(j)] = (orow[_u(j)] + bv) + zrow[_u(j)]
+            elif has_bias:
+                for j in range(p0, p0 + npx):
+                    orow[_u(j)] += bv
             if kind != IDENTITY:
                 activate(orow, p0, p0 + npx, kind, act)
 
@@ -258,41 +260,6 @@ def conv_depthwise_nhwc(x, w, bias, k, s, d, p, kind, act, out, u0, u1):
                         o[_u(q)] += wt[_u(q)] * xi[_u(q)]
             if kind != IDENTITY:
                 activate(of, o0, o0 + c, kind, act)
-
-
-@njit(cache=True, nogil=True)
-def conv_pointwise(x, w, bias, z, group, m_block, kind, act, out, u0, u1):
-    """1x1, stride-1, unpadded conv, no im2col: units [u0, u1) of (image, group, block of `m_block` output
-    channels), each a BLAS call writing its output rows in place. x (N, C, P), w (M, C/group), out (N, M, P),
-    z out's shape or empty."""
-    n_ch = x.shape[1]
-    npix = x.shape[2]
-    m_out = w.shape[0]
-    cg = n_ch // group
-    mg = m_out // group
-    n_blk = (mg + m_block - 1) // m_block
-    has_bias = bias.size > 0
-    has_z = z.size > 0
-    for u in range(u0, u1):
-        blk = u % n_blk
-        rest = u // n_blk
-        g = rest % group
-        n = rest // group
-        m0 = g * mg + blk * m_block
-        m1 = min(g * mg + mg, m0 + m_block)
-        np.dot(w[m0:m1], x[n, g * cg:(g + 1) * cg], out[n, m0:m1])
-        for m in range(m0, m1):
-            orow = out[n, m]
-            if has_bias:
-                bv = bias[m]
-                for j in range(npix):
-                    orow[_u(j)] += bv
-            if has_z:
-                zrow = z[n, m]
-                for j in range(npix):
-                    orow[_u(j)] += zrow[_u(j)]
-            if kind != IDENTITY:
-                activate(orow, 0, npix, kind, act)
 
 
 # --- Winograd F(4x4, 3x3) ----------------------------------------------------------------------------------------

@@ -33,8 +33,9 @@ FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 # grouped convs with at most this many (input channels x output channels) per group run as direct loops
 DIRECT_CONV_MAX_CHANNELS = 16
-CONV_TILE_BYTES = 1 << 20  # most bytes of one im2col tile (half an L2)
-CONV_TILE_MIN_PIXELS = 256  # fewest output pixels of a tile, where the budget allows (GEMM efficiency)
+CONV_TILE_BYTES = 1 << 20  # most bytes of a conv_gemm unit's im2col tile, and of its output block (half an L2)
+CONV_TILE_MIN_PIXELS = 128  # fewest output pixels of a tile, where the image has them (GEMM efficiency)
+CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has them (GEMM efficiency)
 # a kernel call doing less work than this (element operations) runs on the calling thread alone: handing work
 # to other threads costs more than it saves
 PARALLEL_GRAIN = 1 << 17
@@ -330,24 +331,10 @@ def build_conv(node):
         if direct:
             tile_rows = m_blocks = 1
             units = n_img * m_out
-        elif pointwise:  # blocks of output channels (m_blocks: channels per block), about two per thread
-            tile_rows = 1
-            blocks = -(-2 * nth // (n_img * group)) if work >= PARALLEL_GRAIN and nth > 1 else 1
-            m_blocks = max(-(-mg // blocks), min(mg, 16))
-            units = n_img * group * -(-mg // m_blocks)
         else:
-            ow, nrows = o3[2], o3[0] * o3[1]
-            if kk * nrows * ow * itemsize <= CONV_TILE_BYTES:  # one tile per image: one GEMM packs W once
-                tile_rows = nrows
-            else:  # tiles of whole output rows within the budget, a few per thread, wide enough for the GEMM
-                budget = CONV_TILE_BYTES // (kk * itemsize)
-                share = -(-nrows * ow * n_img * group // (CHUNKS_PER_THREAD * nth))
-                tile_rows = max(1, min(nrows, min(budget, max(share, CONV_TILE_MIN_PIXELS)) // ow))
-            units = n_img * group * -(-nrows // tile_rows)
-            m_blocks = 1
-            if units < nth and work >= PARALLEL_GRAIN:  # few tiles: split the output channels over threads too
-                m_blocks = max(1, min(nth, mg // 32))
-            units *= m_blocks
+            tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
+                                              work >= PARALLEL_GRAIN)
+            units = n_img * group * -(-o3[0] * o3[1] // tile_rows) * -(-mg // m_blocks)
         if _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
@@ -374,15 +361,6 @@ def build_conv(node):
                 run_units(kconv.conv_winograd, (ro(x), winograd_weights.of(w), bias, zz, p[1], p[2], tile_rows,
                                                 m_blocks, act.kind, consts, y), units, work)
             return (y,)
-        if mode == "pointwise":
-            y = np.empty((shape[0], shape[1], math.prod(shape[2:])), dtype=x.dtype)
-            z3 = ro(z.reshape(y.shape) if z is not None else np.empty((0, 0, 0), dtype=x.dtype))
-            with single_threaded_blas:
-                run_units(kconv.conv_pointwise, (ro(x.reshape(y.shape[0], x.shape[1], y.shape[2])),
-                                                 ro(w.reshape(w.shape[0], w.shape[1])), bias, z3, group, m_blocks,
-                                                 act.kind, consts, y),
-                          units, work)
-            return (y.reshape(shape),)
         x5 = ro(_as5d(np.ascontiguousarray(x), r))
         w5 = ro(_as5d(np.ascontiguousarray(w), r))
         z5 = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
@@ -393,10 +371,27 @@ def build_conv(node):
         else:
             with single_threaded_blas:
                 run_units(kconv.conv_gemm, (x5, w5, bias, z5, group, k, s, d, p, taps, tile_rows, m_blocks,
-                                            act.kind, consts, y), units, work)
+                                            mode == "pointwise", act.kind, consts, y), units, work)
         return (y.reshape(shape),)
 
     return run
+
+
+def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
+    """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows within
+    the byte budgets, about CHUNKS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS wide; only when
+    an image has too few rows for every thread are the output channels split too (each block then repeats the
+    tile's im2col), in blocks of at least CONV_MIN_M_BLOCK channels: BLAS ran a 1x1 conv's 16-row blocks at half
+    its speed on 64-row ones."""
+    per_row = (mg + (0 if pointwise else kk)) * ow * itemsize
+    budget = max(1, CONV_TILE_BYTES // per_row)
+    share = -(-nrows * images // (CHUNKS_PER_THREAD * nth)) if parallel else nrows
+    tile_rows = max(1, min(nrows, budget, max(share, -(-CONV_TILE_MIN_PIXELS // ow))))
+    units = images * -(-nrows // tile_rows)
+    m_block = mg
+    if parallel and units < nth:
+        m_block = max(min(mg, CONV_MIN_M_BLOCK), -(-mg // -(-nth // units)))
+    return tile_rows, m_block
 
 
 # Winograd F(4x4, 3x3) (kernels.conv.conv_winograd) for 3x3 stride-1 2-D convs: a quarter of the multiplies, in
