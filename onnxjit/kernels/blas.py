@@ -1,5 +1,5 @@
-"""BLAS GEMM on strided row-major views, from inside kernels: `gemm(a, b, c, alpha, beta)` is
-c = alpha * a @ b + beta * c for 2-D float32/float64 arrays whose rows are contiguous (last stride one) but may
+"""BLAS GEMM on strided row-major views, from inside kernels: `gemm(a, b, c, alpha, beta, trans_a, trans_b)` is
+c = alpha * a @ b + beta * c (a, b optionally transposed: read as they lie) for 2-D float32/float64 arrays whose rows are contiguous (last stride one) but may
 lie apart, as a block of columns of a larger matrix does.
 
 numba's np.dot takes only contiguous arrays (it copies the others) and always overwrites its output; BLAS itself
@@ -58,11 +58,11 @@ def _xgemm_of(c, *args):
 
 
 @njit(cache=True, nogil=True)
-def gemm(a, b, c, alpha, beta):
-    """c = alpha * a @ b + beta * c; a (M, K), b (K, N), c (M, N), float32 or float64, with unit stride along
-    their rows. Returns BLAS's status (0: done)."""
-    m, k = a.shape
-    n = b.shape[1]
+def gemm(a, b, c, alpha, beta, trans_a=False, trans_b=False):
+    """c = alpha * op(a) @ op(b) + beta * c, op(x) being x.T where trans_x; op(a) (M, K), op(b) (K, N), c (M, N),
+    float32 or float64, each with unit stride along its rows. Returns BLAS's status (0: done)."""
+    m, k = (a.shape[1], a.shape[0]) if trans_a else (a.shape[0], a.shape[1])
+    n = b.shape[0] if trans_b else b.shape[1]
     if a.strides[1] != a.itemsize or b.strides[1] != b.itemsize or c.strides[1] != c.itemsize:
         raise ValueError("gemm: operands need contiguous rows")
     if m == 0 or n == 0:
@@ -75,6 +75,7 @@ def gemm(a, b, c, alpha, beta):
             for j in range(n):
                 c[i, j] = scalars[1] * c[i, j]
         return 0
-    no = np.int8(ord("N"))
-    return _xgemm(c, no, no, n, m, k, _data(scalars[0:]), _data(b), _row_stride(b), _data(a), _row_stride(a),
+    op_a = np.int8(ord("T" if trans_a else "N"))
+    op_b = np.int8(ord("T" if trans_b else "N"))
+    return _xgemm(c, op_b, op_a, n, m, k, _data(scalars[0:]), _data(b), _row_stride(b), _data(a), _row_stride(a),
                   _data(scalars[1:]), _data(c), _row_stride(c))

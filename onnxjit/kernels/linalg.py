@@ -1,11 +1,13 @@
-"""Gemm and MatMul kernels: BLAS through `np.dot` (float32 stays float32), and the activation epilogue they and
-the convolution kernels share.
+"""Gemm and MatMul kernels: BLAS (`kernels.blas.gemm` on strided blocks, `np.dot`; float32 stays float32), and
+the activation epilogue they and the convolution kernels share.
 
 Each kernel fills its share [start, end) of blocks into a preallocated output and releases the GIL, so the
-caller can spread the blocks over threads, each block a single-threaded BLAS call (see `single_threaded_blas`):
-a BLAS thread pool spinning next to other threads makes both crawl on a small machine. A GEMM with many rows
-is instead one block, one BLAS call with BLAS's own threads (`blas_threads`): row blocks each re-pack the
-whole B operand, and 8 blocks of a 256x1024 @ 1024x1024 GEMM took 13-16 ms against 4.6 ms for one call.
+caller spreads the blocks over onnxjit's threads, each block a single-threaded BLAS call (see
+`single_threaded_blas`). BLAS's own threads are not used: they synchronize by spinning, and a GEMM whose two
+threads did not both get a core (a busy machine, or another pool still spinning: numpy's BLAS and scipy's are
+two) took a whole scheduler slice, 16-20 ms instead of 0.2 ms for a 128x384x384 product; blocks taken
+dynamically finish on whichever threads run. A GEMM is cut into blocks of columns first (each block packs its
+share of B and all of A, the activations, usually the smaller), then of rows where the columns are too few.
 
 Epilogue: each kernel takes an activation code `kind` (an index into ACTIVATIONS, 0 for none) and its constants
 `act` = (alpha, beta, 0, 1) in the output's dtype, and applies it to each output row right after writing it,
@@ -20,7 +22,7 @@ import threading
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels import vmath
+from onnxjit.kernels import blas, vmath
 
 
 @njit(cache=True, inline="always")
@@ -89,65 +91,37 @@ def activate(y, j0, j1, kind, act):
             y[_u(j)] = v if v > a else zero
 
 
-@njit(cache=True, inline="always")
-def _epilogue(y, c, c_row0, c_col0, alpha, beta, has_c):
-    """y = alpha * y + beta * c[c_row0:, c_col0:] (c already broadcast to the full output)."""
-    m, n = y.shape
-    if has_c:
-        for i in range(m):
-            yr = y[i]
-            cr = c[c_row0 + i]
-            for j in range(n):
-                yr[_u(j)] = alpha * yr[_u(j)] + beta * cr[c_col0 + j]
-    elif alpha != 1.0:
-        for i in range(m):
-            yr = y[i]
-            for j in range(n):
-                yr[_u(j)] = alpha * yr[_u(j)]
-
-
 @njit(cache=True, nogil=True)
-def gemm_rows(a, b, c, alpha, beta, has_c, kind, act, rows, out, blk0, blk1):
-    """out = activation(alpha * a @ b + beta * c) for the blocks [blk0, blk1) of `rows` rows; a (M, K) and
-    b (K, N) C-contiguous, c broadcast to (M, N)."""
+def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out, blk0, blk1):
+    """out = activation(alpha * a @ op(b) + beta * c) for the blocks [blk0, blk1) of `rows` rows by `cols`
+    columns (row-block major); a (M, K) C-contiguous, b (K, N), or (N, K) when `trans_b`, c broadcast to (M, N).
+    Each block is one BLAS call writing its block of `out` in place (blas.gemm on strided views), then the
+    epilogue over it while it is in cache."""
     m, n = out.shape
+    n_cb = (n + cols - 1) // cols
     for blk in range(blk0, blk1):
-        m0 = blk * rows
+        m0 = (blk // n_cb) * rows
+        n0 = (blk % n_cb) * cols
         m1 = min(m, m0 + rows)
-        if m0 < m1:
-            y = out[m0:m1]
-            np.dot(a[m0:m1], b, y)
-            _epilogue(y, c, m0, 0, alpha, beta, has_c)
-            if kind != IDENTITY:
-                for i in range(m0, m1):
-                    activate(out[i], 0, n, kind, act)
-
-
-@njit(cache=True, nogil=True)
-def gemm_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
-    """out = activation(alpha * a @ bt.T + beta * c) for the blocks [blk0, blk1) of `cols` columns; a (M, K) and
-    bt (N, K) C-contiguous, c broadcast to (M, N). For few rows, as a batch-1 fully connected layer."""
-    m = a.shape[0]
-    n = bt.shape[0]
-    at = a.T
-    for blk in range(blk0, blk1):
-        n0 = blk * cols
         n1 = min(n, n0 + cols)
-        if n0 < n1:
-            y = np.dot(bt[n0:n1], at).T.copy()  # (M, n1 - n0)
-            _epilogue(y, c, 0, n0, alpha, beta, has_c)
-            for i in range(m):
-                orow = out[i]
-                yr = y[i]
+        y = out[m0:m1, n0:n1]
+        if trans_b:
+            blas.gemm(a[m0:m1], b[n0:n1], y, alpha, 0.0, False, True)
+        else:
+            blas.gemm(a[m0:m1], b[:, n0:n1], y, alpha, 0.0, False, False)
+        for i in range(m1 - m0):
+            yr = y[i]
+            if has_c:
+                cr = c[m0 + i]
                 for j in range(n1 - n0):
-                    orow[_u(n0 + j)] = yr[_u(j)]
-                if kind != IDENTITY:
-                    activate(orow, n0, n1, kind, act)
+                    yr[_u(j)] += beta * cr[n0 + j]
+            if kind != IDENTITY:
+                activate(yr, 0, n1 - n0, kind, act)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
-    """As gemm_cols, for very few rows: each output is its own dot product over K in one fixed order, the same
+    """As gemm_blocks over blocks of columns (`cols` each, bt (N, K)), for very few rows: each output is its own dot product over K in one fixed order, the same
     for every column. A BLAS call per block of columns rounds the last, narrower block differently; then equal
     columns (a layer whose weight rows are equal) come out unequal, and a softmax after them turns a 1-ulp
     difference into a wrong answer where onnxruntime gives equal outputs."""

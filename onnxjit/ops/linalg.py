@@ -1,9 +1,10 @@
 """Gemm and MatMul on the CPU provider (float32/float64), BLAS through the kernels in `onnxjit.kernels.linalg`;
 com.onnxjit FusedGemm / FusedMatMul are the same builders with an activation epilogue (`Activation`).
 
-A GEMM is split over numba's threads by blocks of rows, or by blocks of columns, which wants B as (N, K) rows:
-transB=1 weights are that already, and for few rows (batch-1 fully connected layers) a constant B gets its
-transposed copy made once.
+A GEMM is split over onnxjit's threads by blocks of columns, and of rows where the columns are too few, each a
+single-threaded BLAS call on strided blocks (transB=1 weights read as they lie). For very few rows (batch-1 fully
+connected layers) each output is one dot product over a row of B as (N, K): a constant B gets its transposed copy
+made once.
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import numba
 import numpy as np
 
 from onnxjit.kernels import linalg as k
-from onnxjit.ops.nn import CHUNKS_PER_THREAD, NO_ACTIVATION, activation_of, float_type, rank_of, ro, run_units
+from onnxjit.ops.nn import (CHUNKS_PER_THREAD, NO_ACTIVATION, PARALLEL_GRAIN, activation_of, float_type, rank_of,
+                             ro, run_units)
 from onnxjit.ops.registry import attr, register_op
 
 
@@ -43,27 +45,38 @@ class _Transposed:
 FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (see kernels.linalg.dot_cols)
 
 
-def _gemm_rows(a, b, c, alpha, beta, has_c, act=NO_ACTIVATION):
-    """act(alpha * a @ b + beta * c), a (M, K) and b (K, N) C-contiguous: one BLAS call with BLAS's threads
-    (see kernels.linalg), the epilogue after it on the calling thread."""
-    m = a.shape[0]
-    out = np.empty((m, b.shape[1]), dtype=a.dtype)
-    with k.blas_threads(numba.get_num_threads()):
-        k.gemm_rows(ro(a), ro(b), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), max(m, 1), out, 0, 1)
+GEMM_MIN_COLS = 64  # fewest columns of a block, where the output has them (BLAS efficiency)
+GEMM_MIN_ROWS = 32
+
+
+def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION):
+    """act(alpha * a @ op(b) + beta * c), a (M, K) C-contiguous, b (K, N) or, when trans_b, (N, K): blocks of
+    columns (and of rows, where the columns are too few) spread over onnxjit's threads, a single-threaded BLAS
+    call each (see kernels.linalg)."""
+    m, kk = a.shape
+    n = b.shape[0] if trans_b else b.shape[1]
+    out = np.empty((m, n), dtype=a.dtype)
+    chunks = numba.get_num_threads() * CHUNKS_PER_THREAD if m * n * kk >= PARALLEL_GRAIN else 1
+    share = -(-n // chunks)
+    cols = min(n, max(GEMM_MIN_COLS, -(-share // 16) * 16))
+    n_cb = -(-n // cols)
+    rows = m if n_cb >= chunks else min(m, max(GEMM_MIN_ROWS, -(-m // -(-chunks // n_cb))))
+    with k.single_threaded_blas:
+        run_units(k.gemm_blocks, (ro(a), ro(b), trans_b, c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows,
+                                  cols, out), -(-m // rows) * n_cb, m * n * kk)
     return out
 
 
-def _gemm_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
-    """act(alpha * a @ bt.T + beta * c), a (M, K) and bt (N, K) C-contiguous, split over blocks of columns."""
+def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
+    """act(alpha * a @ bt.T + beta * c) for a of very few rows (see kernels.linalg.dot_cols), a (M, K) and bt
+    (N, K) C-contiguous, split over blocks of columns."""
     m, kk = a.shape
     n = bt.shape[0]
     blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
     cols = max(-(-n // blocks), 16)
     out = np.empty((m, n), dtype=a.dtype)
-    kernel = k.dot_cols if m <= FEW_ROWS else k.gemm_cols
-    with k.single_threaded_blas:
-        run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
-                  -(-n // cols), m * n * kk)
+    run_units(k.dot_cols, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
+              -(-n // cols), m * n * kk)
     return out
 
 
@@ -96,12 +109,10 @@ def build_gemm(node):
             if has_c:
                 y += (beta * cc).astype(a.dtype)
             return (act.apply(y),)
-        if trans_b:  # B is (N, K) rows already
-            y = _gemm_cols(a, b, cc, alpha, beta, has_c, act)
-        elif m < numba.get_num_threads() and b is bt_cache.const:
-            y = _gemm_cols(a, bt_cache.of(b), cc, alpha, beta, has_c, act)
+        if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
+            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act)
         else:
-            y = _gemm_rows(a, b, cc, alpha, beta, has_c, act)
+            y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act)
         return (y,)
     return run
 
@@ -133,10 +144,10 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION):
         a2 = np.ascontiguousarray(a).reshape(-1, kk)
         b2 = np.ascontiguousarray(b)
         no_c = np.broadcast_to(np.zeros(1, dtype=a.dtype), (1, 1))
-        if a2.shape[0] < numba.get_num_threads() and bt_cache is not None and b is bt_cache.const:
-            y = _gemm_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
+        if a2.shape[0] <= FEW_ROWS and bt_cache is not None and b is bt_cache.const:
+            y = _dot_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
         else:
-            y = _gemm_rows(a2, b2, no_c, 1.0, 0.0, False, act)
+            y = _gemm(a2, b2, False, no_c, 1.0, 0.0, False, act)
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
