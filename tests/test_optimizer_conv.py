@@ -139,6 +139,32 @@ def test_conv_winograd_residual_activation(act):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("order", ["x_sigmoid", "sigmoid_x"])
+def test_conv_silu_fuses_as_swish(order):
+    """Conv -> Mul(c, Sigmoid(c)) (SiLU as exporters write it) is one FusedConv with activation Swish."""
+    mul_inputs = ["c", "s"] if order == "x_sigmoid" else ["s", "c"]
+    model, feeds = _conv_model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", mul_inputs, ["y"])])
+    ops = _check(model, feeds, "FusedConv")
+    assert ops["Sigmoid"] == 0 and ops["Mul"] == 0
+
+
+def test_silu_not_fused_when_the_conv_output_has_another_reader():
+    model, feeds = _conv_model([helper.make_node("Sigmoid", ["c"], ["s"]), helper.make_node("Mul", ["c", "s"], ["y"])],
+                               outputs=("y", "c"))
+    ops = _check(model, feeds, None)
+    assert ops["Sigmoid"] == 1 and ops["Mul"] == 1
+
+
+def test_gemm_silu_fuses_as_swish():
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Gemm", ["a", "w", "b"], ["g"], transB=1), helper.make_node("Sigmoid", ["g"], ["s"]),
+             helper.make_node("Mul", ["g", "s"], ["y"])]
+    model = make_model(nodes, [tensor("a", F32, [8, 6])], [tensor("y", F32, None)],
+                       initializers=[_init("w", rng.standard_normal((5, 6)).astype(np.float32)),
+                                     _init("b", rng.standard_normal(5).astype(np.float32))])
+    _check(model, {"a": rng.standard_normal((8, 6)).astype(np.float32)}, "FusedGemm")
+
+
 def test_sum_residual_fuses_once_folded_weights_give_shapes():
     """Weights computed by ConstantOfShape (as the model-zoo light models ship them) leave the Conv outputs'
     shapes unknown at load; after folding, inference finds them, and Conv -> Sum(shortcut) -> Relu (a Sum of two
@@ -251,7 +277,8 @@ def _kernel_vs_reference(model, feeds):
 
 REF_ACTIVATIONS = [("Identity", []), ("Relu", []), ("LeakyRelu", [0.1]), ("Sigmoid", []), ("Tanh", []),
                    ("Clip", [-0.5, 0.75]), ("HardSigmoid", [0.2, 0.5]), ("Elu", [1.5]), ("Selu", [1.6, 1.05]),
-                   ("HardSwish", []), ("Softplus", []), ("ThresholdedRelu", [0.4])]
+                   ("HardSwish", []), ("Softplus", []), ("ThresholdedRelu", [0.4]), ("Swish", [1.0]),
+                   ("Swish", [0.7])]
 
 
 def _act_attrs(act, params):

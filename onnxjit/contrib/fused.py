@@ -20,6 +20,8 @@ order, in the floats attribute `activation_params`:
   HardSwish      (none)            x * max(0, min(1, x / 6 + 1 / 2))
   Softplus       (none)            log(1 + exp(x))
   ThresholdedRelu alpha            x if x > alpha else 0
+  Swish          alpha             x * sigmoid(alpha * x) (ONNX Swish-24; with alpha 1, SiLU: the optimizer
+                                   also fuses a Mul of x by Sigmoid(x), which every opset has)
   ============== ================= ================================================================
 
 Types: float (float32) and double (float64); every input and the output have the same one.
@@ -35,7 +37,7 @@ from onnxjit.contrib import reference_op
 
 ACTIVATION_PARAM_COUNTS = {"Identity": 0, "Relu": 0, "LeakyRelu": 1, "Sigmoid": 0, "Tanh": 0, "Clip": 2,
                            "HardSigmoid": 2, "Elu": 1, "Selu": 2, "HardSwish": 0, "Softplus": 0,
-                           "ThresholdedRelu": 1}
+                           "ThresholdedRelu": 1, "Swish": 1}
 
 
 def apply_activation(x: np.ndarray, activation: str, params) -> np.ndarray:
@@ -67,6 +69,9 @@ def apply_activation(x: np.ndarray, activation: str, params) -> np.ndarray:
         return x * np.maximum(zero, np.minimum(one, x.dtype.type(1 / 6) * x + x.dtype.type(0.5)))
     if activation == "Softplus":
         return np.logaddexp(zero, x).astype(x.dtype)
+    if activation == "Swish":
+        with np.errstate(over="ignore"):
+            return (x * (one / (one + np.exp(-(params[0] * x))))).astype(x.dtype)
     return np.where(x > params[0], x, zero)  # ThresholdedRelu
 
 

@@ -32,9 +32,9 @@ def _u(i):
 
 # activation codes: a kernel's `kind` is the index here; the names are the ONNX op types
 ACTIVATIONS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Elu", "Selu",
-               "HardSwish", "Softplus", "ThresholdedRelu")
+               "HardSwish", "Softplus", "ThresholdedRelu", "Swish")
 (IDENTITY, RELU, LEAKY_RELU, SIGMOID, TANH, CLIP, HARD_SIGMOID, ELU, SELU, HARD_SWISH, SOFTPLUS,
- THRESHOLDED_RELU) = range(len(ACTIVATIONS))
+ THRESHOLDED_RELU, SWISH) = range(len(ACTIVATIONS))
 
 
 def activation_consts(alpha, beta, dtype):
@@ -46,7 +46,8 @@ def activation_consts(alpha, beta, dtype):
 def activate(y, j0, j1, kind, act):
     """y[j0:j1] = activation(y[j0:j1]) in place, for the activation code `kind` and its constants `act`
     (alpha, beta, 0, 1): Clip takes (min, max), HardSigmoid and HardSwish (alpha, beta) of alpha * v + beta,
-    Selu (alpha, gamma), LeakyRelu / Elu / ThresholdedRelu alpha. One branch per call; each loop vectorizes."""
+    Selu (alpha, gamma), LeakyRelu / Elu / ThresholdedRelu / Swish alpha. One branch per call; each loop
+    vectorizes."""
     a, b, zero, one = act[0], act[1], act[2], act[3]
     if kind == RELU:
         for j in range(j0, j1):
@@ -89,6 +90,10 @@ def activate(y, j0, j1, kind, act):
         for j in range(j0, j1):
             v = y[_u(j)]
             y[_u(j)] = v if v > a else zero
+    elif kind == SWISH:
+        for j in range(j0, j1):
+            v = y[_u(j)]
+            y[_u(j)] = v * vmath.sigmoid(a * v)
 
 
 @njit(cache=True, nogil=True)

@@ -8,6 +8,7 @@ instead of a second pass over memory.
     FusedConv[Identity] -> Act       =>  FusedConv[Act]            (so Conv -> Add -> Relu fuses in two steps)
     Gemm(A, B, C?) -> Act            =>  FusedGemm(A, B, C?)      activation=Act
     MatMul(A, B) -> Act              =>  FusedMatMul(A, B)        activation=Act
+    P -> Mul(., Sigmoid(.))          =>  Fused<P>                 activation=Swish, alpha 1 (SiLU)
 
 Act is one the kernels have (`ACTIVATION_PARAM_COUNTS`); its parameters come from its attributes (schema
 defaults where absent) or, for Clip from opset 11, from constant min/max inputs. Preconditions: the CPU provider
@@ -27,14 +28,15 @@ from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.ops.registry import builder_for
 from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import clip_bound_inputs, make_attr, only_consumer, static_shape, tensor_type
+from onnxjit.optimizer.pattern import (clip_bound_inputs, make_attr, only_consumer, pinned_names, static_shape,
+                                       tensor_type)
 
 FUSED_OP = {"Conv": "FusedConv", "Gemm": "FusedGemm", "MatMul": "FusedMatMul"}
 KEPT_ATTRIBUTES = {"Conv": ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"),
                    "Gemm": ("alpha", "beta", "transA", "transB"), "MatMul": ()}
 # the ONNX attributes of each activation, in activation_params order
 PARAM_ATTRIBUTES = {"LeakyRelu": ("alpha",), "HardSigmoid": ("alpha", "beta"), "Elu": ("alpha",),
-                    "Selu": ("alpha", "gamma"), "ThresholdedRelu": ("alpha",)}
+                    "Selu": ("alpha", "gamma"), "ThresholdedRelu": ("alpha",), "Swish": ("alpha",)}
 
 
 def _float_attr(node: Node, name: str) -> float | None:
@@ -97,10 +99,11 @@ def _attributes(node: Node) -> dict:
     return {k: a for k, a in node.attributes.items() if k in KEPT_ATTRIBUTES[node.op_type]}
 
 
-def _fusable_producer(v: Value, graph: Graph) -> Node | None:
-    """The Conv/Gemm/MatMul (or FusedConv with no activation yet) producing v, when v may vanish into it."""
+def _fusable_producer(v: Value, graph: Graph, readers: int = 1) -> Node | None:
+    """The Conv/Gemm/MatMul (or FusedConv with no activation yet) producing v, when v may vanish into it: v has
+    `readers` readers (the nodes being fused) and is no graph output."""
     p = v.producer
-    if p is None or only_consumer(v, graph) is None or len(p.outputs) != 1:
+    if p is None or len(v.uses) != readers or v.name in pinned_names(graph) or len(p.outputs) != 1:
         return None
     if p.domain == "" and p.op_type in FUSED_OP:
         return p
@@ -153,6 +156,30 @@ def _fuse_activation(graph: Graph, ctx: PassContext, act: Node) -> bool:
     return _replace(graph, ctx, p, act, list(p.inputs), attributes)
 
 
+def _fuse_silu(graph: Graph, ctx: PassContext, mul: Node) -> bool:
+    """P -> v; Mul(v, Sigmoid(v)) (either order) -> Fused<P> with activation Swish, alpha 1: SiLU, which exports
+    of EfficientNet/YOLO-style nets write so since ONNX had no Swish before opset 24."""
+    if len(mul.inputs) != 2 or any(v is None for v in mul.inputs):
+        return False
+    for i in (0, 1):
+        v, s = mul.inputs[i], mul.inputs[1 - i]
+        sig = s.producer
+        if sig is None or sig.domain != "" or sig.op_type != "Sigmoid" or sig.inputs[0] is not v \
+                or only_consumer(s, graph) is not mul:
+            continue
+        p = _fusable_producer(v, graph, readers=2)
+        t = tensor_type(v)
+        if p is None or t is None or t.elem_type not in (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE):
+            continue
+        attributes = _attributes(p)
+        attributes["activation"] = make_attr("activation", "Swish")
+        attributes["activation_params"] = make_attr("activation_params", [1.0])
+        if _replace(graph, ctx, p, mul, list(p.inputs), attributes):
+            graph.remove(sig)
+            return True
+    return False
+
+
 def _fuse_residual(graph: Graph, ctx: PassContext, add: Node) -> bool:
     """Conv(...) + Z -> FusedConv(..., Z), Z of exactly the output's (static) shape and dtype."""
     if len(add.inputs) != 2 or any(v is None for v in add.inputs) or add.inputs[0] is add.inputs[1]:
@@ -181,6 +208,8 @@ def activation_fusion(graph: Graph, ctx: PassContext) -> int:
             continue  # removed by an earlier rewrite of this sweep
         if node.op_type == "Add" or (node.op_type == "Sum" and len(node.inputs) == 2):  # Sum of two is Add
             fused += _fuse_residual(graph, ctx, node)
+        elif node.op_type == "Mul":
+            fused += _fuse_silu(graph, ctx, node)
         elif node.op_type in ACTIVATION_PARAM_COUNTS:
             fused += _fuse_activation(graph, ctx, node)
     return fused
