@@ -238,3 +238,76 @@ def test_integer_linear_left_to_fallback():
     model = resize_model((1, 2, 3, 4), np.uint8, 19, scales=[1, 1, 2, 2], mode="linear")
     sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=[CPU])
     assert [s.provider for s in sess._compiled.steps] != [CPU]
+
+
+PLANE_CASES = [
+    # shape, scales or sizes, attributes, fused kernel, whether its columns are a 2x downscale
+    ((2, 3, 5, 7), dict(scales=[1, 1, 2, 3]), dict(mode="nearest"), "nearest_2d", False),
+    ((1, 16, 20, 24), dict(scales=[1, 1, 2, 2]), dict(mode="nearest"), "nearest_2d", False),
+    ((1, 4, 9, 10), dict(scales=[1, 1, 0.5, 0.5]), dict(mode="nearest"), "nearest_2d", True),
+    ((1, 4, 9, 10), dict(scales=[1, 1, 0.5, 0.5]), dict(mode="nearest", nearest_mode="ceil"), "nearest_2d", True),
+    ((2, 3, 5, 7), dict(scales=[1, 1, 1.7, 0.6]), dict(mode="nearest", nearest_mode="floor",
+                                                      coordinate_transformation_mode="asymmetric"), "nearest_2d",
+     False),
+    ((2, 3, 5, 7), dict(scales=[1, 1, 2, 3]), dict(mode="linear"), "bilinear_2d_cols_first", False),
+    ((1, 16, 20, 24), dict(scales=[1, 1, 2, 2]), dict(mode="linear"), "bilinear_2d_cols_first", False),
+    ((1, 16, 20, 24), dict(sizes=[1, 16, 40, 48]), dict(mode="linear", coordinate_transformation_mode="align_corners"),
+     "bilinear_2d_cols_first", False),
+    ((1, 16, 20, 24), dict(scales=[1, 1, 2, 2]), dict(mode="linear",
+                                                      coordinate_transformation_mode="pytorch_half_pixel"),
+     "bilinear_2d_cols_first", False),
+    ((1, 3, 64, 48), dict(scales=[1, 1, 0.5, 0.5]), dict(mode="linear"), "bilinear_2d_rows_first", True),
+    ((1, 3, 60, 50), dict(sizes=[1, 3, 28, 28]), dict(mode="linear"), "bilinear_2d_rows_first", False),
+    ((2, 3, 5, 7), dict(scales=[1, 1, 0.5, 1.7]), dict(mode="linear", coordinate_transformation_mode="asymmetric"),
+     "bilinear_2d_rows_first", False),
+    ((2, 3, 5, 7), dict(scales=[1, 1, 1.7, 0.6], **CROP), dict(mode="linear",
+                                                             coordinate_transformation_mode="tf_crop_and_resize"),
+     "bilinear_2d_cols_first", False),
+    ((2, 3, 5, 7), dict(scales=[1, 1, 1.7, 0.6], **CROP), dict(mode="nearest",
+                                                             coordinate_transformation_mode="tf_crop_and_resize"),
+     "nearest_2d", False),
+]
+
+
+@pytest.mark.parametrize("shape,geometry,attrs,kernel,halving", PLANE_CASES)
+def test_last_two_axes_fused(shape, geometry, attrs, kernel, halving, monkeypatch):
+    """Resizing exactly the last two axes by nearest or linear runs as one fused pass (kernels.resize *_2d);
+    a 2x downscale's columns are read with a stride instead of through the index table."""
+    from onnxjit.kernels import resize as kresize
+    calls = []
+    fused = getattr(kresize, kernel)
+    monkeypatch.setattr(kresize, kernel, lambda *a: calls.append(a[-4]) or fused(*a))
+    check(shape, **geometry, **attrs)
+    assert calls and all((h >= 0) == halving for h in calls)
+
+
+@pytest.mark.parametrize("mode", ["nearest", "linear"])
+def test_last_two_axes_fused_other_ranks(mode, monkeypatch):
+    from onnxjit.kernels import resize as kresize
+    kernels = ("nearest_2d",) if mode == "nearest" else ("bilinear_2d_cols_first", "bilinear_2d_rows_first")
+    calls = []
+    for name in kernels:
+        fused = getattr(kresize, name)
+        monkeypatch.setattr(kresize, name, lambda *a, fused=fused: calls.append(1) or fused(*a))
+    check((5, 7), scales=[0.6, 2.0], mode=mode, oracle="ort" if mode == "nearest" else "reference")
+    check((2, 3, 4, 5, 6), scales=[1, 1, 1, 2, 0.5], mode=mode)
+    assert len(calls) == 2
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int32])
+def test_last_two_axes_fused_nearest_integers(dtype, monkeypatch):
+    from onnxjit.kernels import resize as kresize
+    calls = []
+    fused = kresize.nearest_2d
+    monkeypatch.setattr(kresize, "nearest_2d", lambda *a: calls.append(1) or fused(*a))
+    check((2, 3, 8, 10), dtype=dtype, scales=[1, 1, 2, 0.5], mode="nearest")
+    assert calls
+
+
+def test_last_two_axes_fused_float64(monkeypatch):
+    from onnxjit.kernels import resize as kresize
+    calls = []
+    fused = kresize.bilinear_2d_cols_first
+    monkeypatch.setattr(kresize, "bilinear_2d_cols_first", lambda *a: calls.append(1) or fused(*a))
+    check((2, 3, 5, 8), dtype=np.float64, scales=[1, 1, 2.0, 0.5], mode="linear", oracle="reference", tol=1e-6)
+    assert calls

@@ -6,6 +6,10 @@ computed here once per geometry (input shape, scales or sizes, roi) and cached, 
 mode, coordinate transformation, nearest rounding and antialias filter is then only a different table, for any
 rank and any set of resized axes.
 
+The common case, nearest or (non-antialiased) linear over exactly the last two axes (FPN upsampling, image
+downscaling), runs instead as one fused pass over output rows (`PlanePass`), from the same tables: separate passes
+would write and reread a full-size intermediate array, and a row pass gathers where a fused one copies rows.
+
 The tables follow onnxruntime's CPU kernels to the float: source coordinates in float32 (in double where it
 computes in double), its rounding of nearest indices, its linear weights (coordinate clamped into the input),
 its cubic coefficients (taps clamped to the edge; exclude_outside renormalizes) and its antialias filter windows
@@ -70,10 +74,20 @@ class AxisPass:
 
 
 @dataclass(frozen=True)
+class PlanePass:
+    """Both of the last two axes resized in one pass (`kernel` over units of output rows): `tables` are the
+    kernel's row then column tables (linear: indices and weights as (2, n) arrays, one row per tap)."""
+    kernel: object
+    tables: tuple
+    work_per_element: int
+
+
+@dataclass(frozen=True)
 class ResizePlan:
     out_shape: tuple
     passes: tuple  # AxisPass, in the order they run
     outside: tuple  # (axis, bool mask of the output coordinates outside the input) for tf_crop_and_resize
+    plane: PlanePass | None = None  # replaces `passes` where both resized axes are the last two
 
 
 # --- geometry --------------------------------------------------------------------------------------------------
@@ -326,7 +340,28 @@ def make_plan(spec, shape, scales, sizes, roi, dtype):
         if mask is not None:
             outside.append((axis, mask))
     passes.sort(key=lambda t: t[:2])  # shrinking axes first; among equals the last axis first
-    return ResizePlan(out_shape, tuple(p for _, _, p in passes), tuple(outside))
+    passes = tuple(p for _, _, p in passes)
+    return ResizePlan(out_shape, passes, tuple(outside), plane_pass(passes, len(shape), spec, shape))
+
+
+def plane_pass(passes, rank, spec, shape):
+    """The fused pass over the last two axes when exactly those are resized, by nearest or by (2-tap) linear;
+    else None. Linear blends rows first where H shrinks (each output row then has input rows of its own), else
+    columns first, each resampled input row serving the output rows next to it."""
+    if sorted(p.axis for p in passes) != [rank - 2, rank - 1] or spec.antialias or spec.mode == "cubic":
+        return None
+    rows, cols = sorted(passes, key=lambda p: p.axis)
+    if spec.mode == "nearest":
+        return PlanePass(kresize.nearest_2d, (rows.idx, cols.idx, halving_start(cols.idx)), 1)
+    kernel = kresize.bilinear_2d_rows_first if rows.n_out < shape[-2] else kresize.bilinear_2d_cols_first
+    col_idx = ro(cols.idx.T)
+    halving = halving_start(col_idx[0]) if np.array_equal(col_idx[1], col_idx[0] + 1) else -1
+    return PlanePass(kernel, tuple(ro(t.T) for t in (rows.idx, rows.wts)) + (col_idx, ro(cols.wts.T), halving), 4)
+
+
+def halving_start(idx):
+    """s where idx[j] = s + 2 * j for every j (a 2x downscale's source columns), else -1."""
+    return int(idx[0]) if np.array_equal(idx, idx[0] + 2 * np.arange(idx.size)) else -1
 
 
 # --- running ---------------------------------------------------------------------------------------------------
@@ -336,27 +371,44 @@ def run_plan(plan, x, extrapolation_value):
         return x if plan.out_shape == x.shape else np.empty(plan.out_shape, dtype=x.dtype)
     nearest = plan.passes[0].wts is None
     cur = x.view(UINT_OF_WIDTH[x.itemsize]) if nearest else x
-    for p in plan.passes:
-        shape = cur.shape
-        outer, inner = math.prod(shape[:p.axis]), math.prod(shape[p.axis + 1:])
-        args = (p.idx,) if nearest else (p.idx, p.wts, p.count)
-        work = outer * p.n_out * inner * (1 if nearest else p.idx.shape[1])
-        if inner == 1:
-            dst = np.empty((outer, p.n_out), dtype=cur.dtype)
-            kernel = kresize.gather_last if nearest else kresize.resample_last
-            run_units(kernel, (ro(cur.reshape(outer, shape[p.axis])),) + args + (dst,), outer, work)
-        else:
-            dst = np.empty((outer, p.n_out, inner), dtype=cur.dtype)
-            kernel = kresize.gather_rows if nearest else kresize.resample_rows
-            run_units(kernel, (ro(cur.reshape(outer, shape[p.axis], inner)),) + args + (dst,), outer * p.n_out,
-                      work)
-        cur = dst.reshape(shape[:p.axis] + (p.n_out,) + shape[p.axis + 1:])
+    if plan.plane is not None:
+        cur = _run_plane(plan.plane, cur, plan.out_shape)
+    else:
+        for p in plan.passes:
+            cur = _run_pass(p, cur, nearest)
     y = cur.view(x.dtype) if nearest else cur
     if plan.outside:
         fill = np.array(extrapolation_value).astype(x.dtype)
         for axis, mask in plan.outside:
             y[(slice(None),) * axis + (mask,)] = fill
     return y
+
+
+def _run_plane(plane, x, out_shape):
+    """`plane` over x viewed as (planes, H, W), in parallel over output rows."""
+    planes = math.prod(x.shape[:-2])
+    oh, ow = out_shape[-2:]
+    out = np.empty((planes, oh, ow), dtype=x.dtype)
+    run_units(plane.kernel, (ro(x.reshape(planes, x.shape[-2], x.shape[-1])),) + plane.tables + (out,),
+              planes * oh, planes * oh * ow * plane.work_per_element)
+    return out.reshape(out_shape)
+
+
+def _run_pass(p, x, nearest):
+    """One AxisPass over x (x viewed as (outer, n_in, inner)) into a new array."""
+    shape = x.shape
+    outer, inner = math.prod(shape[:p.axis]), math.prod(shape[p.axis + 1:])
+    args = (p.idx,) if nearest else (p.idx, p.wts, p.count)
+    work = outer * p.n_out * inner * (1 if nearest else p.idx.shape[1])
+    if inner == 1:
+        dst = np.empty((outer, p.n_out), dtype=x.dtype)
+        kernel = kresize.gather_last if nearest else kresize.resample_last
+        run_units(kernel, (ro(x.reshape(outer, shape[p.axis])),) + args + (dst,), outer, work)
+    else:
+        dst = np.empty((outer, p.n_out, inner), dtype=x.dtype)
+        kernel = kresize.gather_rows if nearest else kresize.resample_rows
+        run_units(kernel, (ro(x.reshape(outer, shape[p.axis], inner)),) + args + (dst,), outer * p.n_out, work)
+    return dst.reshape(shape[:p.axis] + (p.n_out,) + shape[p.axis + 1:])
 
 
 def _values(a, dtype):
