@@ -460,6 +460,41 @@ def test_dropout_training_left_to_fallback():
     assert CPU not in providers_of(make_model("Dropout", inputs, 13))
 
 
+# --- InstanceNormalization, LRN --------------------------------------------------------------------------------
+@pytest.mark.parametrize("xs,opset,eps", [((2, 3, 5, 4), 6, 1e-5), ((1, 4, 300), 6, 1e-3), ((2, 3, 2, 3, 2), 1, 1e-5)])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_instance_normalization(xs, opset, eps, dtype):
+    c = xs[1]
+    x = _rand(xs, dtype) * 3 + 1
+    check("InstanceNormalization", [("x", x, False), ("s", _rand(c, dtype, 1), True), ("b", _rand(c, dtype, 2), True)],
+          opset, oracle="ort" if dtype == F32 else "reference", epsilon=eps)  # onnxruntime: float32 only
+
+
+def _lrn_spec(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """LRN as the ONNX spec writes it, for what no oracle runs: onnxruntime takes 4-D inputs and odd sizes only,
+    and onnx.reference sums the wrong axis (it loops over the batch)."""
+    sq = np.zeros_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1], c + -(-(size - 1) // 2) + 1)
+        sq[:, c] = np.sum(x[:, lo:hi] ** 2, axis=1)
+    return x / (bias + alpha / size * sq) ** beta
+
+
+@pytest.mark.parametrize("xs,attrs,opset", [((2, 5, 4, 3), dict(size=3), 13),
+                                            ((1, 7, 6, 6), dict(size=5, alpha=2e-3, beta=0.6, bias=2.0), 1)])
+def test_lrn_against_onnxruntime(xs, attrs, opset):
+    check("LRN", [("x", _rand(xs) * 4, False)], opset, **attrs)
+
+
+@pytest.mark.parametrize("xs,attrs", [((1, 7, 6, 6), dict(size=4, alpha=2e-3, beta=0.6, bias=2.0)),  # even size
+                                      ((1, 3, 5), dict(size=5, alpha=1e-2))])  # 3-D, a window wider than C
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_lrn_against_the_spec(xs, attrs, dtype):
+    x = _rand(xs, dtype) * 4
+    exact = {k: v if k == "size" else float(np.float32(v)) for k, v in attrs.items()}  # float attributes: float32
+    check("LRN", [("x", x, False)], 13, want=[_lrn_spec(x.astype(F64), **exact).astype(dtype)], **attrs)
+
+
 # --- declines --------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("op,inputs,attrs", [
     ("Conv", [("x", np.ones((1, 1, 3, 3), np.float16), False), ("w", np.ones((1, 1, 1, 1), np.float16), True)], {}),

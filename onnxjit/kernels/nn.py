@@ -1,5 +1,6 @@
-"""BatchNormalization (inference) kernel. It fills its share [start, end) of rows into a preallocated output and
-releases the GIL, so the caller can spread the rows over threads. (Softmax lives in kernels/normalization.py.)"""
+"""BatchNormalization (inference), InstanceNormalization and LRN kernels. Each fills its share [start, end) of rows
+into a preallocated output and releases the GIL, so the caller can spread the rows over threads. (Softmax lives
+in kernels/normalization.py.)"""
 from __future__ import annotations
 
 import numpy as np
@@ -36,3 +37,54 @@ def batchnorm(x, a, b, out, t0, t1):
                 yr[_u(j)] = xr[_u(j)] * av + bv
 
 
+
+
+@njit(cache=True, nogil=True)
+def instance_norm(x, scale, bias, eps, out, t0, t1):
+    """InstanceNormalization over the (image, channel) rows [t0, t1) of x (N, C, S): out = scale[c] * (x - mean)
+    / sqrt(var + eps) + bias[c], mean and (biased) variance over the row, accumulated in float64 (onnxruntime
+    normalizes in the input's float type; a float64 sum keeps long rows from drifting)."""
+    n_ch, size = x.shape[1], x.shape[2]
+    for t in range(t0, t1):
+        n = t // n_ch
+        c = t - n * n_ch
+        xr = x[n, c]
+        yr = out[n, c]
+        total = 0.0
+        for j in range(size):
+            total += xr[_u(j)]
+        mean = total / size
+        sq = 0.0
+        for j in range(size):
+            d = xr[_u(j)] - mean
+            sq += d * d
+        inv = 1.0 / np.sqrt(sq / size + eps)
+        a = out.dtype.type(scale[c] * inv)
+        b = out.dtype.type(bias[c] - mean * scale[c] * inv)
+        for j in range(size):
+            yr[_u(j)] = xr[_u(j)] * a + b
+
+
+@njit(cache=True, nogil=True)
+def lrn(x, size, alpha, beta, bias, out, t0, t1):
+    """LRN over the (image, channel) rows [t0, t1) of x (N, C, S): out = x / (bias + alpha / size * sum of x^2
+    over the channels [c - (size - 1) // 2, c + size // 2]) ** beta, the sum and the power in float64."""
+    n_ch, plane = x.shape[1], x.shape[2]
+    lo_off = (size - 1) // 2
+    hi_off = size // 2
+    acc = np.empty(plane, dtype=np.float64)
+    k = alpha / size
+    for t in range(t0, t1):
+        n = t // n_ch
+        c = t - n * n_ch
+        for j in range(plane):
+            acc[_u(j)] = 0.0
+        for cc in range(max(0, c - lo_off), min(n_ch, c + hi_off + 1)):
+            xr = x[n, cc]
+            for j in range(plane):
+                v = np.float64(xr[_u(j)])
+                acc[_u(j)] += v * v
+        xr = x[n, c]
+        yr = out[n, c]
+        for j in range(plane):
+            yr[_u(j)] = xr[_u(j)] / (bias + k * acc[_u(j)]) ** beta

@@ -1,5 +1,6 @@
 """Neural-network ops on the CPU provider (float32/float64): Conv (and com.onnxjit FusedConv: a Conv with a
-residual input and an activation epilogue), pooling, BatchNormalization (inference), Dropout (inference).
+residual input and an activation epilogue), pooling, BatchNormalization (inference), InstanceNormalization, LRN,
+Dropout (inference).
 
 Attributes become static arguments here; the output geometry (pads, output sizes) is computed per input shape in
 Python, cached, and handed to the Numba kernels in `onnxjit.kernels.conv` / `.pool` / `.nn`, which work over 3
@@ -605,6 +606,51 @@ def build_batchnorm(node):
 
 for _v in (6, 7, 9, 14, 15):
     register_op("BatchNormalization", since=_v)(build_batchnorm)
+
+
+# --- InstanceNormalization, LRN ------------------------------------------------------------------------------
+@register_op("InstanceNormalization", since=1)
+@register_op("InstanceNormalization", since=6)
+def build_instance_norm(node):
+    if len(node.inputs) != 3 or float_type(node, range(3)) is None or wanted_outputs(node) != 1:
+        return None
+    eps = float(attr(node, "epsilon", 1e-5))
+
+    def run(x, scale, bias):
+        if x.ndim < 2 or scale.shape != (x.shape[1],) or bias.shape != (x.shape[1],):
+            raise ValueError(f"InstanceNormalization: input of shape {x.shape} needs scale and B of shape "
+                             f"({x.shape[1] if x.ndim >= 2 else 'C'},), got {scale.shape} and {bias.shape}")
+        n, c = x.shape[:2]
+        size = x.size // (n * c) if n * c else 0
+        y = np.empty((n, c, size), dtype=x.dtype)
+        if size:
+            run_units(knn.instance_norm, (ro(x.reshape(n, c, size)), ro(scale), ro(bias), eps, y), n * c,
+                      3 * x.size)
+        return (y.reshape(x.shape),)
+    return run
+
+
+@register_op("LRN", since=1)
+@register_op("LRN", since=13)
+def build_lrn(node):
+    if len(node.inputs) != 1 or float_type(node, (0,)) is None or wanted_outputs(node) != 1:
+        return None
+    size = int(attr(node, "size", 0))
+    alpha, beta, bias = (float(attr(node, "alpha", 1e-4)), float(attr(node, "beta", 0.75)),
+                         float(attr(node, "bias", 1.0)))
+    if size < 1:
+        return None
+
+    def run(x):
+        if x.ndim < 2:
+            raise ValueError(f"LRN needs an input of rank >= 2 (N, C, ...), got shape {x.shape}")
+        n, c = x.shape[:2]
+        plane = x.size // (n * c) if n * c else 0
+        y = np.empty((n, c, plane), dtype=x.dtype)
+        if plane:
+            run_units(knn.lrn, (ro(x.reshape(n, c, plane)), size, alpha, beta, bias, y), n * c, x.size * (size + 4))
+        return (y.reshape(x.shape),)
+    return run
 
 
 # --- Dropout (inference) ---------------------------------------------------------------------------------------
