@@ -3,10 +3,13 @@
 The (batch, head) pairs [bh0, bh1) one after another; the op layer hands ranges of them to its thread pool
 (`ops.nn.run_units`, with BLAS single-threaded meanwhile: BLAS threads nested in a parallel loop
 oversubscribed the cores, ~9x slower measured, and left spinning threads that halved the speed of later MatMuls):
-scores = Q K^T * scale + bias (BLAS through np.dot), a stable softmax per row, then P V (np.dot into the
-output). The bias is an additive float mask viewed as [B, Hq, S, L] (broadcast strides allowed) plus, with
-`causal`, -inf above the diagonal. A row whose bias is -inf everywhere gives `fully_masked`: 0 zeros (ONNX
-Attention's rule), 1 the average of V over all keys, 2 NaN (codes of contrib.attention.FULLY_MASKED_ROWS).
+scores = softcap(Q K^T * scale) + bias (BLAS through np.dot; softcap c * tanh(x / c) when c > 0), a stable
+softmax per row, then P V (np.dot into the output). The bias is an additive float mask viewed as [B, Hq, S, L]
+(broadcast strides allowed) plus, with `causal`, -inf for keys j > i + causal_offset (the offset is the length of
+a past key cache: bottom-right alignment). The scores at one stage (scaled, softcapped, biased, softmaxed) can be
+copied out for Attention's qk_matmul_output; with it the scores of the causally masked keys are computed too. A
+row whose bias is -inf everywhere gives `fully_masked`: 0 zeros (ONNX Attention's rule), 1 the average of V over
+all keys, 2 NaN (codes of contrib.attention.FULLY_MASKED_ROWS).
 """
 from __future__ import annotations
 
@@ -14,6 +17,9 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
+
+# the stage of the scores the qk output gets (ONNX Attention's qk_matmul_output_mode, as onnxruntime orders them)
+QK_NONE, QK_SCALED, QK_SOFTCAPPED, QK_BIASED, QK_SOFTMAX = -1, 0, 1, 2, 3
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -28,48 +34,65 @@ def _exp_sum(row, m, stop, zero):
 
 
 @njit(cache=True, nogil=True, fastmath={"contract"})
-def _softmax_rows(scores, bias, has_bias, causal, scale, fully_masked):
-    """scores[i] <- softmax(scores[i] * scale + bias[i], with -inf for j > i when causal) in place."""
+def _softmax_rows(scores, bias, has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode, qk_out):
+    """scores[i] <- softmax(softcap(scores[i] * scale) + bias[i], with -inf for j > i + causal_offset when causal)
+    in place; qk_out[i] <- the scores at stage qk_mode (QK_* codes) unless it is QK_NONE."""
     s, total = scores.shape
     neg_inf = scores.dtype.type(-np.inf)
     zero = scores.dtype.type(0)
+    inv_cap = scores.dtype.type(1) / softcap if softcap > zero else zero
     for i in range(s):
         row = scores[i]
-        stop = min(i + 1, total) if causal else total  # keys at and after `stop` are masked
+        # keys at and after `stop` are masked
+        stop = min(max(i + 1 + causal_offset, 0), total) if causal else total
+        width = total if qk_mode != QK_NONE else stop  # the keys whose scores are computed
+        for j in range(width):
+            row[j] = row[j] * scale
+        if qk_mode == QK_SCALED:
+            qk_out[i] = row
+        if softcap > zero:
+            for j in range(width):
+                row[j] = softcap * vmath.tanh(row[j] * inv_cap)
+        if qk_mode == QK_SOFTCAPPED:
+            qk_out[i] = row
         if has_bias:
             b = bias[i]
             for j in range(stop):
-                row[j] = row[j] * scale + b[j]
+                row[j] += b[j]
             all_masked = True
             for j in range(stop):
                 if b[j] != neg_inf:
                     all_masked = False
                     break
         else:
-            for j in range(stop):
-                row[j] = row[j] * scale
             all_masked = stop == 0
+        if qk_mode == QK_BIASED:
+            qk_out[i, :stop] = row[:stop]
+            qk_out[i, stop:] = neg_inf
         if all_masked:  # fully_masked: 0 zeros, 1 the average of V over every key, 2 NaN
             row[:] = zero if fully_masked == 0 else scores.dtype.type(1) / total if fully_masked == 1 else \
                 scores.dtype.type(np.nan)
-            continue
-        m = row[0]
-        for j in range(1, stop):
-            m = row[j] if row[j] > m or row[j] != row[j] else m
-        if m == neg_inf:
-            m = zero  # every score -inf where the bias is not: exp gives zeros, as ONNX's reference
-        row_sum = _exp_sum(row, m, stop, zero)
-        inv = scores.dtype.type(1) / row_sum if row_sum > zero else zero
-        for j in range(stop):
-            row[j] *= inv
-        row[stop:] = zero
+        else:
+            m = row[0]
+            for j in range(1, stop):
+                m = row[j] if row[j] > m or row[j] != row[j] else m
+            if m == neg_inf:
+                m = zero  # every score -inf where the bias is not: exp gives zeros, as ONNX's reference
+            row_sum = _exp_sum(row, m, stop, zero)
+            inv = scores.dtype.type(1) / row_sum if row_sum > zero else zero
+            for j in range(stop):
+                row[j] *= inv
+            row[stop:] = zero
+        if qk_mode == QK_SOFTMAX:
+            qk_out[i] = row
 
 
 @njit(cache=True, nogil=True)
-def attention(q, k, v, bias, has_bias, causal, scale, fully_masked, out, bh0, bh1):
-    """out[b, h] = softmax(q[b, h] k[b, h // r]^T * scale + bias[b, h]) v[b, h // r], r = Hq // Hkv, for the
-    flattened (batch, head) pairs [bh0, bh1). q, k, v, out C-contiguous; bias any strides (unused when not
-    has_bias)."""
+def attention(q, k, v, bias, has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode, qk_out, out,
+              bh0, bh1):
+    """out[b, h] = softmax(softcap(q[b, h] k[b, h // r]^T * scale) + bias[b, h]) v[b, h // r], r = Hq // Hkv, for
+    the flattened (batch, head) pairs [bh0, bh1); qk_out[b, h] gets the scores at stage qk_mode. q, k, v, out,
+    qk_out C-contiguous (qk_out unused with QK_NONE); bias any strides (unused when not has_bias)."""
     heads = q.shape[1]
     group = heads // k.shape[1]
     for bh in range(bh0, bh1):
@@ -77,5 +100,6 @@ def attention(q, k, v, bias, has_bias, causal, scale, fully_masked, out, bh0, bh
         h = bh - b * heads
         kv = h // group
         scores = np.dot(q[b, h], k[b, kv].T)
-        _softmax_rows(scores, bias[b, h], has_bias, causal, scale, fully_masked)
+        _softmax_rows(scores, bias[b, h], has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode,
+                      qk_out[b, h] if qk_mode != QK_NONE else scores)
         np.dot(scores, v[b, kv], out[b, h])
