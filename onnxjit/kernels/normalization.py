@@ -8,7 +8,8 @@ exp and log are `vmath` (vectorizable, ~1 ulp), the per-row sums may be reassoci
 the row max runs over order-preserving integer keys of the floats (it vectorizes; a NaN anywhere in a row still
 makes the whole row NaN). All arithmetic stays in the input dtype (float32 or float64). Layer norm also has an
 in-place form (the op layer uses it over a dead softmax buffer). The ops share one parallel driver so that a
-dtype compiles a single parfor (Numba's parfor lowering is the slow part of compiling).
+dtype compiles a single parfor (Numba's parfor lowering is the slow part of compiling). RMS normalization has
+its own serial row kernel, run over threads by the op layer.
 """
 from __future__ import annotations
 
@@ -216,6 +217,31 @@ def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean
         mean[r] = mu / s
         inv_std[r] = iv * s
         m = m_next
+
+
+@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+def _sum_sq(xr, zero):
+    q = zero
+    for j in range(xr.shape[0]):
+        q += xr[_u(j)] * xr[_u(j)]
+    return q
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def rms_norm_rows(x, scale, eps, y, r0, r1):
+    """y[r] = x[r] / sqrt(mean(x[r] ** 2) + eps) * scale for the rows [r0, r1) of x, y (rows, n), n >= 1; scale
+    is (1, n), shared, or (rows, n). Serial over its rows (ops.nn.run_units spreads ranges of them), outside the
+    parallel `rows` driver so as not to grow its one parfor."""
+    scale_rows = scale.shape[0] > 1
+    zero = y.dtype.type(0)
+    nf = y.dtype.type(x.shape[1])
+    for r in range(r0, r1):
+        xr = x[r]
+        yr = y[r]
+        sr = scale[r] if scale_rows else scale[0]
+        iv = y.dtype.type(1) / np.sqrt(_sum_sq(xr, zero) / nf + eps)
+        for j in range(xr.shape[0]):
+            yr[_u(j)] = xr[_u(j)] * iv * sr[_u(j)]
 
 
 SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)

@@ -18,6 +18,10 @@ The com.onnxjit LayerNormalization (the same op for models older than opset 17) 
 com.onnxjit SkipLayerNormalization adds input + skip (+ bias) in the input dtype into a fresh buffer, then runs the
 layer-norm rows over it, in place unless the sum is an output too.
 
+RMSNormalization (23) divides each row of the flattened dims from `axis` on by its root mean square (plus
+epsilon) and multiplies by Scale (broadcast to those dims); it computes in float32, or float64 for double inputs or
+stash_type=double (as onnxruntime), over threads through `run_units`. Its inputs are float16, float or double.
+
 Builders decline a known input dtype that is not a float, and stash types other than float, double and
 bfloat16.
 """
@@ -32,6 +36,7 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import np_dtype
 from onnxjit.kernels import normalization as kn
 from onnxjit.kernels import reduce as kr
+from onnxjit.ops.nn import run_units
 from onnxjit.ops.reduce import F32, F64, compute_float, input_elem, ro
 from onnxjit.ops.registry import attr, register_op, register_pair
 
@@ -300,3 +305,44 @@ def build_skip_layer_norm(node):
 
 
 register_op("SkipLayerNormalization", since=1, domain="com.onnxjit")(build_skip_layer_norm)
+
+
+# --- RMSNormalization -------------------------------------------------------------------------------------------
+RMS_FLOATS = frozenset({T.FLOAT16, T.FLOAT, T.DOUBLE})
+
+
+def rms_norm(x, scale, axis: int, eps: float, stash_dtype: np.dtype) -> np.ndarray:
+    x = np.asarray(x)
+    shape, dtype, r = x.shape, x.dtype, x.ndim
+    if not -r <= axis < r:
+        raise ValueError(f"RMSNormalization: axis {axis} is out of range for an input of rank {r}")
+    a = axis + r if axis < 0 else axis
+    rows, n = math.prod(shape[:a]), math.prod(shape[a:])
+    cdt = F64 if (dtype == F64 or stash_dtype == F64) else F32
+    y = np.empty((rows, n), cdt)
+    if x.size:
+        try:
+            sc = _param_rows(scale, shape, a, rows, n, cdt)
+        except ValueError:
+            raise ValueError(f"RMSNormalization: Scale of shape {np.shape(scale)} does not broadcast to the "
+                             f"normalized dims {shape[a:]} (or to X's shape {shape})") from None
+        run_units(kn.rms_norm_rows, (ro(np.ascontiguousarray(x, dtype=cdt).reshape(rows, n)), sc, cdt.type(eps), y),
+                  rows, 3 * x.size)
+    y = y.reshape(shape)
+    return y if cdt == dtype else y.astype(dtype)
+
+
+@register_op("RMSNormalization", since=23)
+def build_rms_norm(node):
+    if len(node.inputs) != 2 or any(v is None for v in node.inputs):
+        return None
+    if {input_elem(node, 0), input_elem(node, 1)} - RMS_FLOATS or input_elem(node, 0) != input_elem(node, 1):
+        return None
+    stash = int(attr(node, "stash_type", T.FLOAT))
+    if stash not in (T.FLOAT, T.DOUBLE):
+        return None
+    axis, eps, stash_dtype = int(attr(node, "axis", -1)), float(attr(node, "epsilon", 1e-5)), _STASH[stash]
+
+    def run(x, scale):
+        return (rms_norm(x, scale, axis, eps, stash_dtype),)
+    return run
