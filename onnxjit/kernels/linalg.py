@@ -17,6 +17,7 @@ rounds as the unfused one.
 """
 from __future__ import annotations
 
+import functools
 import threading
 
 import numpy as np
@@ -37,9 +38,13 @@ ACTIVATIONS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "Hard
  THRESHOLDED_RELU, SWISH) = range(len(ACTIVATIONS))
 
 
+@functools.lru_cache(maxsize=256)
 def activation_consts(alpha, beta, dtype):
-    """The `act` array the kernels take: (alpha, beta, 0, 1) in the output dtype (so the math stays in it)."""
-    return np.array([alpha, beta, 0, 1], dtype=dtype)
+    """The `act` array the kernels take: (alpha, beta, 0, 1) in the output dtype (so the math stays in it); one
+    read-only array per set of constants, made once."""
+    a = np.array([alpha, beta, 0, 1], dtype=dtype)
+    a.flags.writeable = False
+    return a
 
 
 @njit(cache=True, nogil=True)

@@ -8,6 +8,8 @@ made once.
 """
 from __future__ import annotations
 
+import functools
+
 import numba
 import numpy as np
 
@@ -103,7 +105,7 @@ def build_gemm(node):
         if kb != kk:
             raise ValueError(f"Gemm: A {a.shape} and B {b.shape} (after transposes) do not multiply")
         has_c = c is not None and beta != 0.0
-        cc = np.broadcast_to(c if has_c else np.zeros(1, dtype=a.dtype), (m, n) if has_c else (1, 1))
+        cc = np.broadcast_to(c, (m, n)) if has_c else _no_c(a.dtype)
         if m == 0 or n == 0 or kk == 0:
             y = np.zeros((m, n), dtype=a.dtype)
             if has_c:
@@ -137,13 +139,13 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION):
     kb, n = b.shape[-2:]
     if kk != kb:
         raise ValueError(f"MatMul: shapes {a.shape} and {b.shape} do not multiply")
-    batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    batch = a.shape[:-2] if b.ndim == 2 else np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
     if m == 0 or n == 0 or kk == 0 or 0 in batch:
         y = act.apply(np.zeros(batch + (m, n), dtype=a.dtype))
     elif b.ndim == 2:  # A's batch folds into its rows: one GEMM
         a2 = np.ascontiguousarray(a).reshape(-1, kk)
         b2 = np.ascontiguousarray(b)
-        no_c = np.broadcast_to(np.zeros(1, dtype=a.dtype), (1, 1))
+        no_c = _no_c(a.dtype)
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and b is bt_cache.const:
             y = _dot_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
         else:
@@ -164,6 +166,14 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION):
     if b_vec:
         return y.reshape(y.shape[:-1])
     return y
+
+
+@functools.lru_cache(maxsize=None)
+def _no_c(dtype):
+    """The C operand of a GEMM without one: a read-only (1, 1) zero the kernels never read."""
+    c = np.zeros((1, 1), dtype=dtype)
+    c.flags.writeable = False
+    return c
 
 
 def build_matmul(node):

@@ -19,6 +19,7 @@ from onnxjit.ir.graph import Graph
 from onnxjit.providers.base import Step
 
 MAX_PLANS = 64
+_FROM_ENV = object()  # a step argument computed (or fed) in the run, not a fixed constant
 
 
 def value_signature(v: Any) -> Any:
@@ -56,6 +57,11 @@ class CompiledGraph:
         self.output_names = output_names or [v.name for v in graph.outputs]
         self.outer_names = list(graph.outer_names)
         self.constants = {name: v.const for name, v in graph.initializers.items()}
+        # initializers a feed may override start each run in its environment; the others are bound into the
+        # steps' arguments once (no per-run copy of every weight's name)
+        self._overridable = {n: self.constants[n] for n in self.input_names if n in self.constants}
+        fixed = {n: c for n, c in self.constants.items() if n not in self._overridable}
+        self._args = [[(n, fixed.get(n, _FROM_ENV)) for n in s.inputs] for s in steps]
         self.frees = self._last_uses()
         self._plans: OrderedDict[tuple, ExecutionPlan] = OrderedDict()
         self._lock = threading.Lock()
@@ -96,13 +102,13 @@ class CompiledGraph:
     def run(self, feeds: dict[str, Any], outer: dict[str, Any] | None = None, *,
             profile: list | None = None, should_stop: Callable[[], bool] | None = None) -> list[Any]:
         plan = self.plan_for(feeds)
-        env = dict(self.constants)
+        env = dict(self._overridable)
         if outer:
             env.update(outer)
         env.update(feeds)
         bound = plan.bound
         for i, step in enumerate(self.steps):
-            args = [env[n] if n else None for n in step.inputs]
+            args = [(env[n] if n else None) if c is _FROM_ENV else c for n, c in self._args[i]]
             fn = step.fn
             if step.bind is not None:
                 sig = [value_signature(a) for a in args]
@@ -131,7 +137,7 @@ class CompiledGraph:
             if should_stop is not None and should_stop():
                 raise RuntimeException("run was terminated through RunOptions.terminate")
         # an output that is a constant of the graph is handed out as a copy, so a caller cannot change later runs
-        outs = [env[n] for n in self.output_names]
+        outs = [env[n] if n in env else self.constants[n] for n in self.output_names]
         return [o.copy() if n in self.constants and o is self.constants[n] else o
                 for n, o in zip(self.output_names, outs)]
 
