@@ -160,6 +160,31 @@ def test_symbolic_batch_compiles_one_kernel_for_every_batch():
     assert len(sess.kernels()[0].sources) == 1  # sizes are arguments, not baked in
 
 
+def test_groups_of_one_pattern_share_one_kernel_whatever_their_shapes():
+    # two Mul-Add-Relu groups (a batch norm's) over different channel counts, and a third over another image size
+    shapes = [(3, 5), (6, 5), (3, 9)]  # channels, image size
+    nodes, inputs, outputs, inits = [], [], [], []
+    for i, (c, hw) in enumerate(shapes):
+        rng = np.random.default_rng(i)
+        nodes += [helper.make_node("Mul", [f"x{i}", f"s{i}"], [f"a{i}"]),
+                  helper.make_node("Add", [f"a{i}", f"b{i}"], [f"c{i}"]),
+                  helper.make_node("Relu", [f"c{i}"], [f"y{i}"])]
+        inputs.append(_vi(f"x{i}", TensorProto.FLOAT, [1, c, hw, hw]))
+        outputs.append(_vi(f"y{i}", TensorProto.FLOAT, [1, c, hw, hw]))
+        inits += [helper.make_tensor(f"{n}{i}", TensorProto.FLOAT, [c, 1, 1], rng.standard_normal(c)) for n in "sb"]
+    model = _model(nodes, inputs, outputs, inits)
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    rng = np.random.default_rng(3)
+    feeds = {f"x{i}": rng.standard_normal([1, c, hw, hw]).astype(np.float32)
+             for i, (c, hw) in enumerate(shapes)}
+    for g, w in zip(sess.run(None, feeds), onnxruntime.InferenceSession(model).run(None, feeds)):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+    infos = sess.kernels()
+    assert [len(info.nodes) for info in infos] == [3, 3, 3]
+    assert len({name for info in infos for name in info.sources}) == 1  # sizes are arguments; no node names
+    assert sum(info.compiled for info in infos) <= 1  # loaded once (0: another test's session loaded it already)
+
+
 INT_CASES = [("Div", np.int32), ("Mod", np.int32), ("Div", np.uint8), ("Mod", np.int64), ("Pow", np.int64),
              ("Mul", np.int8), ("Add", np.uint16), ("PRelu", np.int32), ("PRelu", np.uint32)]
 

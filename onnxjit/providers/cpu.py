@@ -1,8 +1,10 @@
 """CPUExecutionProvider: nodes run as Numba-compiled kernels on the host.
 
-Elementwise ops and activations are fused into generated kernels (onnxjit/fuser), one per group, compiled when
-a plan first meets an input signature. Other ops run the kernels the op registry (onnxjit/ops) builds. Control
-flow runs here too, as in onnxruntime.
+Elementwise ops and activations are fused into generated kernels (onnxjit/fuser), one per group, and groups of
+the same pattern (ops, dtypes, broadcast pattern; any sizes) share one kernel: it compiles once per session, or
+loads from the artifact cache. Kernels compile when the session is created if type inference knows the shapes,
+else when a plan first meets an input signature. Other ops run the kernels the op registry (onnxjit/ops)
+builds. Control flow runs here too, as in onnxruntime.
 """
 from __future__ import annotations
 
@@ -34,7 +36,8 @@ SHOW_PROGRESS_KEY = "session.onnxjit.show_progress"  # "0" silences the compile 
 
 @dataclass
 class KernelInfo:
-    """A generated kernel as users can inspect it: which nodes it runs and its source, per specialization."""
+    """A fused group as users can inspect it: its nodes and the source of each kernel it ran (a kernel serves every
+    group of its pattern: `compile_seconds` and `compiled` count it in the group that first loaded it)."""
 
     name: str
     provider: str
@@ -151,23 +154,22 @@ class CPUExecutionProvider(ExecutionProvider):
                 bar.update(1)
 
     def _group_step(self, group: Group, outputs: list[str]) -> Step:
-        static = group.shape is not None and all(isinstance(d, int) for d in group.shape)
         info = KernelInfo(f"group{len(self.kernel_infos)}", self.name,
                           [f"{n.op_type}({n.name})" if n.name else n.op_type for n in group.nodes])
         self.kernel_infos.append(info)
 
         def bind(sig: list) -> Kernel:
-            spec = render(group, outputs, sig, static)
+            spec = render(group, outputs, sig)
             with self._lock:
                 kernel = self._loaded.get(spec.name)
-                if kernel is None:
+                if kernel is None:  # groups of the same pattern render the same source: the first one loads it
                     if config.DEBUG >= 3:
                         log.info("onnxjit kernel %s for %s:\n%s", spec.name, ", ".join(info.nodes), spec.source)
                     loaded = self._store.load(spec.source)
                     kernel = self._loaded[spec.name] = loaded.kernel
-                    info.sources[spec.name] = spec.source
                     info.compile_seconds += loaded.seconds
                     info.compiled += loaded.compiled > 0
+                info.sources[spec.name] = spec.source
             return _runner(spec, kernel)
 
         def unbound(*_args):
