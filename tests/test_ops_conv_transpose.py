@@ -40,6 +40,9 @@ CASES = [
     ((1, 32, 12, 12), (32, 16, 4, 4), dict(strides=[2, 2], pads=[1, 1, 1, 1])),  # tiles overlapping input rows
     ((1, 32, 40, 40), (32, 1, 2, 2), dict(strides=[2, 2])),  # few rows: no BLAS
     ((1, 64, 2, 2), (64, 64, 3, 3), dict(strides=[1, 1])),  # few planes: output channels split over threads
+    ((1, 1, 5, 5), (1, 8, 3, 3), dict(strides=[2, 2])),  # one input channel: a (rows, 1) packed weight
+    ((1, 16, 24, 80), (16, 4, 2, 2), dict(strides=[2, 2])),  # 2x2 stride 2, wide rows: W taps added in pairs
+    ((1, 16, 24, 70), (16, 4, 2, 2), dict(strides=[2, 2], pads=[0, 1, 1, 0], output_padding=[1, 1])),
 ]
 
 
@@ -116,3 +119,13 @@ def test_errors(xs, ws, attrs, message):
     sess = native_session(model_of(xs, ws, np.float32, False, **attrs))
     with pytest.raises(Exception, match=message):
         sess.run(None, {"x": np.zeros(xs, np.float32)})
+
+
+
+def test_tap_pair_cases_take_the_paired_loop():
+    """The 2x2 stride-2 CASES over rows of 70 and 80 pixels run col2im's paired W taps (kernels.conv_transpose
+    adds both taps in one loop from PAIR_MIN_WIDTH input columns up)."""
+    from onnxjit.kernels import conv_transpose as kct
+    wide = [xs for xs, ws, attrs in CASES if ws[-1] == 2 and attrs.get("strides") == [2, 2]
+            and xs[-1] >= kct.PAIR_MIN_WIDTH]
+    assert len(wide) == 2

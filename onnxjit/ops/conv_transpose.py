@@ -8,7 +8,8 @@ only the bias there. Output sizes onnxruntime rejects (output_padding not below 
 output_shape the input cannot produce) raise ValueError here too.
 
 The kernel (`onnxjit.kernels.conv_transpose`) runs a GEMM of the transposed weight by the input and scatters the
-columns into the output (col2im), over units that own disjoint output tiles. The transposed weight is packed
+columns into the output (col2im), over units that own disjoint output tiles (about TILES_PER_THREAD per thread:
+on a busy machine a thread that stalls then holds back only a small share). The transposed weight is packed
 once per session for a constant (read-only) W.
 """
 from __future__ import annotations
@@ -24,8 +25,13 @@ from onnxjit.ops.nn import AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, float_t
     wanted_outputs
 from onnxjit.ops.registry import attr, register_op
 
-COLUMN_BYTES = 1 << 20  # most bytes of the GEMM columns one unit holds at a time (half an L2)
+# input planes per GEMM: columns of at most COLUMN_BYTES (GEMM and col2im then work in L2: 16 -> 4 channels,
+# 2x2 stride 2 over 320x320 took 1.0 ms of GEMM in 1 MB blocks, 0.53 ms in 128 KB ones), but at least
+# COLUMN_MIN_PIXELS pixels (narrower GEMMs and col2im rows cost more per pixel than the cache misses)
+COLUMN_BYTES = 1 << 17
+COLUMN_MIN_PIXELS = 1024
 BLAS_MIN_ROWS = 16  # fewer GEMM rows (output channels x taps per unit) are computed without BLAS
+TILES_PER_THREAD = 4
 
 
 def _ints(value, n, default):
@@ -82,8 +88,10 @@ class _PackedWeight:
     def of(self, w, group):
         if self.w is not w or w.flags.writeable:
             c, mg = w.shape[:2]
-            packed = ro(np.ascontiguousarray(
-                w.reshape(group, c // group, mg * math.prod(w.shape[2:])).transpose(0, 2, 1)))
+            rows = mg * math.prod(w.shape[2:])
+            packed = np.empty((group, rows, c // group), dtype=w.dtype)  # plain strides, even along unit dims
+            packed[...] = w.reshape(group, c // group, rows).transpose(0, 2, 1)  # (BLAS checks every stride)
+            packed = ro(packed)
             if w.flags.writeable:
                 return packed
             self.w, self.packed = w, packed
@@ -147,13 +155,14 @@ def build_conv_transpose(node):
         nth = numba.get_num_threads()
         parallel = nth > 1 and work >= PARALLEL_GRAIN
         # about two tiles per thread: tiles spanning several planes keep the recomputed border planes few
-        tiles = min(o3[0], -(-2 * nth // (n_img * group))) if parallel else 1
+        tiles = min(o3[0], -(-TILES_PER_THREAD * nth // (n_img * group))) if parallel else 1
         tile_planes = -(-o3[0] // tiles)
         units = n_img * group * -(-o3[0] // tile_planes)
         m_blocks = min(mg, -(-nth * CHUNKS_PER_THREAD // units)) if parallel and units < nth else 1
         units *= m_blocks
         rows = -(-mg // m_blocks) * kvol
-        chunk = max(1, min(i3[0], COLUMN_BYTES // (rows * i3[1] * i3[2] * itemsize)))
+        plane = i3[1] * i3[2]
+        chunk = min(i3[0], max(1, COLUMN_BYTES // (rows * plane * itemsize), -(-COLUMN_MIN_PIXELS // plane)))
         taps = kct.tap_table(k3[2], d3[2], p3[2], s3[2], i3[2], o3[2])
         p = cache[key] = ((n_img, m_out) + tuple(out), (n_img, xs[1]) + i3, (n_img, m_out) + o3, k3, s3, d3, p3,
                           taps, tile_planes, m_blocks, chunk, rows >= BLAS_MIN_ROWS, units, work)
