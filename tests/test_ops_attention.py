@@ -6,7 +6,11 @@ the fallback provider disabled, so a pass proves the Numba kernel ran.
 onnx.reference is the oracle where onnxruntime differs from the ONNX spec's reference: qk_matmul_output mode 2 at
 keys masked by a bool or causal mask (onnxruntime writes the lowest float there, ONNX -inf), float64 inputs
 (onnxruntime has no float64 Attention kernel) and a mask shorter than the keys (onnxruntime refuses it, ONNX pads
-it)."""
+it).
+
+RotaryEmbedding (23) is tested here too: 4-D and 3-D inputs, halves or interleaved pairs, partial rotation, caches
+indexed by position_ids or given per position.
+"""
 from __future__ import annotations
 
 import itertools
@@ -17,7 +21,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import onnxjit
-from conftest import assert_all_same, native_session, ort_run, ref_run
+from conftest import assert_all_same, feeds_of, native_session, one_node_model, ort_run, ref_run
 
 B, HQ, S, L, D, DV, PAST = 2, 4, 3, 5, 6, 4, 2
 
@@ -160,4 +164,39 @@ def test_attention_mask_that_does_not_broadcast_is_a_value_error():
     feeds["mask"] = np.zeros((2, S, L), np.float32)  # 2 heads where Q has 4
     with pytest.raises(onnxjit.RuntimeException, match="attn_mask of shape") as info:
         native_session(_model(feeds, 23, 1)).run(None, feeds)
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+# --- RotaryEmbedding ------------------------------------------------------------------------------------------------
+def _rotary_inputs(rank, rotary_dim, position_ids, seed=0):
+    rng = np.random.default_rng(seed)
+    heads, size, positions = 3, 8, 10
+    x = rng.standard_normal((B, heads, S, size) if rank == 4 else (B, S, heads * size)).astype(np.float32)
+    half = (rotary_dim or size) // 2
+    angles = rng.random((positions, half) if position_ids else (B, S, half)) * 6
+    inputs = [("x", x, False), ("cos", np.cos(angles).astype(np.float32), False),
+              ("sin", np.sin(angles).astype(np.float32), False)]
+    if position_ids:
+        inputs.append(("ids", rng.integers(0, positions, (B, S)), False))
+    return inputs, heads
+
+
+@pytest.mark.parametrize("rank,interleaved,rotary_dim,position_ids",
+                         itertools.product((4, 3), (0, 1), (0, 4), (True, False)))
+def test_rotary_embedding(rank, interleaved, rotary_dim, position_ids):
+    inputs, heads = _rotary_inputs(rank, rotary_dim, position_ids)
+    attrs = {"interleaved": interleaved, "rotary_embedding_dim": rotary_dim}
+    if rank == 3:
+        attrs["num_heads"] = heads
+    model = one_node_model("RotaryEmbedding", inputs, 23, **attrs)
+    feeds = feeds_of(inputs)
+    assert_all_same(native_session(model).run(None, feeds), ort_run(model, feeds))
+
+
+def test_rotary_embedding_position_out_of_range_is_a_value_error():
+    inputs, _ = _rotary_inputs(4, 0, True)
+    inputs[3][1][0, 0] = 10
+    model = one_node_model("RotaryEmbedding", inputs, 23)
+    with pytest.raises(onnxjit.RuntimeException, match="RotaryEmbedding: position_ids must be") as info:
+        native_session(model).run(None, feeds_of(inputs))
     assert isinstance(info.value.__cause__, ValueError)

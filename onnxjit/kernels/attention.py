@@ -10,6 +10,8 @@ a past key cache: bottom-right alignment). The scores at one stage (scaled, soft
 copied out for Attention's qk_matmul_output; with it the scores of the causally masked keys are computed too. A
 row whose bias is -inf everywhere gives `fully_masked`: 0 zeros (ONNX Attention's rule), 1 the average of V over
 all keys, 2 NaN (codes of contrib.attention.FULLY_MASKED_ROWS).
+
+`rotary` is RotaryEmbedding's rotation of the head features, per (batch, position) pair.
 """
 from __future__ import annotations
 
@@ -103,3 +105,25 @@ def attention(q, k, v, bias, has_bias, causal, causal_offset, scale, softcap, fu
         _softmax_rows(scores, bias[b, h], has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode,
                       qk_out[b, h] if qk_mode != QK_NONE else scores)
         np.dot(scores, v[b, kv], out[b, h])
+
+
+@njit(cache=True, nogil=True)
+def rotary(x, cos, sin, interleaved, rotary_dim, out, u0, u1):
+    """out = x with its first rotary_dim features of each head rotated, for the (batch, position) units [u0, u1):
+    x, out [B, S, H, D] (any strides), cos, sin [B, S, rotary_dim / 2]. The rotated pairs are (j, j + half) or,
+    interleaved, (2j, 2j + 1): x1 * cos - x2 * sin and x1 * sin + x2 * cos."""
+    positions, heads, size = x.shape[1], x.shape[2], x.shape[3]
+    half = rotary_dim // 2
+    for u in range(u0, u1):
+        b = u // positions
+        s = u - b * positions
+        c, sn = cos[b, s], sin[b, s]
+        for h in range(heads):
+            xr, yr = x[b, s, h], out[b, s, h]
+            for j in range(half):
+                i1, i2 = (2 * j, 2 * j + 1) if interleaved else (j, j + half)
+                x1, x2 = xr[i1], xr[i2]
+                yr[i1] = x1 * c[j] - x2 * sn[j]
+                yr[i2] = x1 * sn[j] + x2 * c[j]
+            for j in range(rotary_dim, size):
+                yr[j] = xr[j]

@@ -20,6 +20,12 @@ mask is its own: bool or causal). Mode 0 together with softcap, where onnxruntim
 float32, ONNX's conformance data per step in float16), q_num_heads/kv_num_heads on 4-D inputs, and
 softmax_precision narrower than the input (float32 inputs with softmax_precision double run in float32, as
 onnxruntime's kernel does).
+
+RotaryEmbedding (23), the rotary position encoding of attention's inputs, also lives here: float32 (ONNX allows
+float16/bfloat16 too, left to the next provider), 4-D [batch, heads, sequence, head_size] or 3-D [batch, sequence,
+hidden] input (num_heads), the cos/sin caches indexed by position_ids or given per [batch, sequence], halves or
+interleaved pairs, a partial rotary_embedding_dim. Its kernel runs over the (batch, position) pairs on
+`run_units`' threads, through strides (no transposed copy).
 """
 from __future__ import annotations
 
@@ -218,3 +224,60 @@ def build_attention(node):
 
 register_op("Attention", since=23)(build_attention)
 register_op("Attention", since=1, domain="com.onnxjit")(build_attention)
+
+
+# --- RotaryEmbedding ------------------------------------------------------------------------------------------------
+def rotary_embedding(x, cos_cache, sin_cache, position_ids, interleaved: bool, rotary_dim: int,
+                     num_heads: int | None) -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim == 4:  # [B, H, S, D], seen as [B, S, H, D] through strides
+        heads_last = x.transpose(0, 2, 1, 3)
+    elif x.ndim == 3:
+        if not num_heads or x.shape[2] % num_heads:
+            raise ValueError(f"RotaryEmbedding: a 3-D input [batch, sequence, hidden] needs num_heads dividing its "
+                             f"hidden size, got shape {x.shape} and num_heads {num_heads}")
+        heads_last = x.reshape(x.shape[0], x.shape[1], num_heads, x.shape[2] // num_heads)
+    else:
+        raise ValueError(f"RotaryEmbedding: the input must be 4-D [batch, heads, sequence, head_size] or 3-D "
+                         f"[batch, sequence, hidden], got shape {x.shape}")
+    batch, positions, _, size = heads_last.shape
+    rotary_dim = rotary_dim or size
+    if rotary_dim > size or rotary_dim % 2:
+        raise ValueError(f"RotaryEmbedding: rotary_embedding_dim {rotary_dim} must be even and at most the head "
+                         f"size {size}")
+    cos_cache, sin_cache = np.asarray(cos_cache), np.asarray(sin_cache)
+    if position_ids is not None:
+        ids = np.asarray(position_ids)
+        if ids.shape != (batch, positions) or cos_cache.ndim != 2 or ((ids < 0) | (ids >= len(cos_cache))).any():
+            raise ValueError(f"RotaryEmbedding: position_ids must be [{batch}, {positions}] rows of the 2-D caches "
+                             f"{cos_cache.shape}")
+        cos_cache, sin_cache = cos_cache[ids], sin_cache[ids]
+    want = (batch, positions, rotary_dim // 2)
+    if cos_cache.shape != want or sin_cache.shape != want:
+        raise ValueError(f"RotaryEmbedding: cos_cache and sin_cache must give {list(want)} [batch, sequence, "
+                         f"rotary_embedding_dim / 2], got {cos_cache.shape} and {sin_cache.shape}")
+    out = np.empty(x.shape, x.dtype)
+    out_heads_last = out.transpose(0, 2, 1, 3) if x.ndim == 4 else out.reshape(heads_last.shape)
+    cos_c, sin_c = (np.ascontiguousarray(c, dtype=x.dtype) for c in (cos_cache, sin_cache))
+    run_units(ka.rotary, (heads_last, cos_c, sin_c, interleaved, rotary_dim, out_heads_last),
+              batch * positions, 2 * x.size)
+    return out
+
+
+@register_op("RotaryEmbedding", since=23)
+def build_rotary_embedding(node):
+    types = input_tensor_types(node)
+    if len(node.inputs) < 3 or any(v is None for v in node.inputs[:3]) or any(t is None for t in types[:3]):
+        return None
+    if {t.elem_type for t in types[:3]} != {T.FLOAT}:
+        return None  # halves are left to the next provider
+    if len(node.inputs) > 3 and node.inputs[3] is not None and (types[3] is None or types[3].elem_type != T.INT64):
+        return None
+    interleaved = bool(attr(node, "interleaved", 0))
+    rotary_dim = int(attr(node, "rotary_embedding_dim", 0))
+    num_heads = attr(node, "num_heads")
+    num_heads = None if num_heads is None else int(num_heads)
+
+    def run(x, cos_cache, sin_cache, position_ids=None):
+        return (rotary_embedding(x, cos_cache, sin_cache, position_ids, interleaved, rotary_dim, num_heads),)
+    return run
