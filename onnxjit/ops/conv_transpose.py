@@ -21,7 +21,7 @@ import numpy as np
 
 from onnxjit.kernels import conv_transpose as kct
 from onnxjit.kernels.linalg import single_threaded_blas
-from onnxjit.ops.nn import AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, float_type, rank_of, ro, run_units, \
+from onnxjit.ops.nn import AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, float_type, ro, run_units, spatial_rank, \
     wanted_outputs
 from onnxjit.ops.registry import attr, register_op
 
@@ -107,15 +107,8 @@ def build_conv_transpose(node):
     if auto_pad not in AUTO_PADS:
         return None
     kernel_attr = attr(node, "kernel_shape")
-    r = len(kernel_attr) if kernel_attr else None
-    for i in (1, 0):
-        rk = rank_of(node, i)
-        if rk is not None:
-            if r is None:
-                r = rk - 2
-            elif rk - 2 != r:
-                return None
-    if r is None or not 1 <= r <= 3:
+    r = spatial_rank(node, kernel_attr)
+    if r is None:
         return None
     group = int(attr(node, "group", 1))
     strides = _ints(attr(node, "strides"), r, 1)

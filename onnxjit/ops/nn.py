@@ -259,6 +259,20 @@ def activation_of(node):
 
 
 # --- Conv ------------------------------------------------------------------------------------------------------
+def spatial_rank(node, kernel_attr):
+    """The spatial rank (1-3) of a Conv-like node, from kernel_shape and X's and W's ranks where known; None when
+    they disagree or none is known."""
+    r = len(kernel_attr) if kernel_attr else None
+    for i in (1, 0):
+        rk = rank_of(node, i)
+        if rk is not None:
+            if r is None:
+                r = rk - 2
+            elif rk - 2 != r:
+                return None
+    return r if r is not None and 1 <= r <= 3 else None
+
+
 def conv_attributes(node, r, auto_pad):
     """(group, strides, dilations, pads) of a Conv-like node with r spatial dims, or None when invalid."""
     group = int(attr(node, "group", 1))
@@ -287,15 +301,8 @@ def build_conv(node):
     if auto_pad not in AUTO_PADS:
         return None
     kernel_attr = attr(node, "kernel_shape")
-    r = len(kernel_attr) if kernel_attr else None
-    for i in (1, 0):
-        rk = rank_of(node, i)
-        if rk is not None:
-            if r is None:
-                r = rk - 2
-            elif rk - 2 != r:
-                return None
-    if r is None or not 1 <= r <= 3:
+    r = spatial_rank(node, kernel_attr)
+    if r is None:
         return None
     geometry = conv_attributes(node, r, auto_pad)
     if geometry is None:
