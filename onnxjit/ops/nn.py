@@ -386,18 +386,23 @@ def build_conv(node):
 
 
 def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
-    """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows within
-    the byte budgets, about CHUNKS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS wide; only when
-    an image has too few rows for every thread are the output channels split too (each block then repeats the
-    tile's im2col), in blocks of at least CONV_MIN_M_BLOCK channels: BLAS ran a 1x1 conv's 16-row blocks at half
-    its speed on 64-row ones."""
+    """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows, of even
+    sizes, within the byte budgets, about CHUNKS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS
+    wide; where that leaves fewer units, a pointwise conv splits its output channels too, and an im2col one when
+    threads would idle otherwise (each block repeats the tile's im2col); blocks of at least CONV_MIN_M_BLOCK
+    channels: BLAS ran a 1x1 conv's 16-row blocks at half its speed on 64-row ones."""
     per_row = (mg + (0 if pointwise else kk)) * ow * itemsize
     budget = max(1, CONV_TILE_BYTES // per_row)
-    share = -(-nrows * images // (CHUNKS_PER_THREAD * nth)) if parallel else nrows
+    wanted = CHUNKS_PER_THREAD * nth if parallel else 1
+    share = -(-nrows * images // wanted)
     tile_rows = max(1, min(nrows, budget, max(share, -(-CONV_TILE_MIN_PIXELS // ow))))
+    tile_rows = -(-nrows // -(-nrows // tile_rows))  # the same number of tiles, of even sizes
     units = images * -(-nrows // tile_rows)
     m_block = mg
-    if parallel and units < nth:
+    if units < wanted and mg >= 2 * CONV_MIN_M_BLOCK and (pointwise or units < nth):
+        # a pointwise conv splits its channels for free; an im2col one only when threads would idle otherwise
+        m_block = max(CONV_MIN_M_BLOCK, -(-mg // -(-wanted // units)))
+    elif units < nth:
         m_block = max(min(mg, CONV_MIN_M_BLOCK), -(-mg // -(-nth // units)))
     return tile_rows, m_block
 
