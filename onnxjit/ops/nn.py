@@ -341,7 +341,7 @@ def build_conv(node):
             units = n_img * m_out
         else:
             tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
-                                              work >= PARALLEL_GRAIN)
+                                              nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * group * -(-o3[0] * o3[1] // tile_rows) * -(-mg // m_blocks)
         if _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
