@@ -336,21 +336,20 @@ def build_conv(node):
             tuple(out) == tuple(xs[2:])
         taps = kconv.tap_table(k3[2], d3[2], p3[2], s3[2], xs[-1], o3[2])
         nth = numba.get_num_threads()
-        if direct:
-            tile_rows = m_blocks = 1
-            units = n_img * m_out
-        else:
-            tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
-                                              nth > 1 and work >= PARALLEL_GRAIN)
-            units = n_img * group * -(-o3[0] * o3[1] // tile_rows) * -(-mg // m_blocks)
         if _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+            mode = "winograd"
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
-            p = cache[key] = ((n_img, m_out) + tuple(out), None, k3, s3, d3, p3, taps, "winograd", tile_rows,
-                              m_blocks, units, work)
-            return p
-        mode = "direct" if direct else "pointwise" if pointwise else "gemm"
+        elif direct:
+            mode = "direct"
+            tile_rows = m_blocks = 1
+            units = n_img * m_out
+        else:
+            mode = "pointwise" if pointwise else "gemm"
+            tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
+                                              nth > 1 and work >= PARALLEL_GRAIN)
+            units = n_img * group * -(-o3[0] * o3[1] // tile_rows) * -(-mg // m_blocks)
         p = cache[key] = ((n_img, m_out) + tuple(out), (n_img, m_out) + o3, k3, s3, d3, p3, taps, mode,
                           tile_rows, m_blocks, units, work)
         return p
