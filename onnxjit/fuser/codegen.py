@@ -5,7 +5,7 @@ sizes are run-time arguments, so one compiled kernel serves every shape of the p
 start pays for (about 0.2 s per kernel), and baking sizes in bought nothing measurable: over ten cases
 (elementwise, broadcast, staged and reduction kernels, 16 to 4M elements) a call with run-time sizes took
 0.82-1.08x the time (medians of 12 alternating rounds; the main loops are the same machine code), while
-densenet121's 62 Mul-Add-Relu groups, over as many channel counts, compiled 62 kernels (18 s) instead of 2. For
+densenet121's 62 Mul-Add-Relu groups, over as many channel counts, compiled 62 kernels (13-18 s) instead of 2. For
 the same reason the source names no node (`KernelInfo.nodes` does): identical groups render identical sources
 and share one kernel.
 
