@@ -184,18 +184,26 @@ def from_onnx(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
             raise InvalidGraph(f"cannot inline the model's local functions: {e}") from e
     declared = {d.dim_param for vi in [*proto.graph.input, *proto.graph.output, *proto.graph.value_info]
                 for d in vi.type.tensor_type.shape.dim if d.dim_param}
+    ir_version = proto.ir_version
     structure, payloads = structure_only(proto)
+    if ir_version < CONSTANT_INITIALIZERS_IR:
+        # inference under IR 3 types only the initializers listed as inputs: one added to an old model without
+        # being listed (as benchmarks' stored weights are) would leave every value after it untyped
+        if structure is proto:
+            structure = onnx.ModelProto()
+            structure.CopyFrom(proto)  # no large initializer here (structure_only copies otherwise): cheap
+        structure.ir_version = CONSTANT_INITIALIZERS_IR
     proto = infer_types(structure)
     for vi in proto.graph.output:  # inference names unknown output dims unk__N; onnxruntime reports them as None
         for d in vi.type.tensor_type.shape.dim:
             if d.dim_param.startswith("unk__") and d.dim_param not in declared:
                 d.ClearField("dim_param")
     graph = _graph_from_proto(proto.graph, opsets, None, base_dir, payloads)
-    if proto.ir_version < CONSTANT_INITIALIZERS_IR:
+    if ir_version < CONSTANT_INITIALIZERS_IR:
         # before IR 4 every initializer had to be listed among the graph inputs, so being listed there did not
         # make it overridable: onnxruntime treats them as constants (and folds them); so does onnxjit
         graph.inputs = [v for v in graph.inputs if v.name not in graph.initializers]
-    return Model(graph=graph, ir_version=proto.ir_version, opset_imports=opsets,
+    return Model(graph=graph, ir_version=ir_version, opset_imports=opsets,
                  producer_name=proto.producer_name, producer_version=proto.producer_version,
                  domain=proto.domain, model_version=proto.model_version, doc_string=proto.doc_string,
                  metadata_props={p.key: p.value for p in proto.metadata_props})
