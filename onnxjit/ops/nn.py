@@ -397,12 +397,12 @@ def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     tile_rows = max(1, min(nrows, budget, max(share, -(-CONV_TILE_MIN_PIXELS // ow))))
     tile_rows = -(-nrows // -(-nrows // tile_rows))  # the same number of tiles, of even sizes
     units = images * -(-nrows // tile_rows)
+    # a pointwise conv splits its output channels for free, up to `wanted` units; an im2col one only as far as
+    # the threads need, each block repeating the tile's im2col
+    target = wanted if pointwise else nth
     m_block = mg
-    if units < wanted and mg >= 2 * CONV_MIN_M_BLOCK and (pointwise or units < nth):
-        # a pointwise conv splits its channels for free; an im2col one only when threads would idle otherwise
-        m_block = max(CONV_MIN_M_BLOCK, -(-mg // -(-wanted // units)))
-    elif units < nth:
-        m_block = max(min(mg, CONV_MIN_M_BLOCK), -(-mg // -(-nth // units)))
+    if parallel and units < target:
+        m_block = max(min(mg, CONV_MIN_M_BLOCK), -(-mg // -(-target // units)))
     return tile_rows, m_block
 
 
