@@ -104,7 +104,8 @@ def activate(y, j0, j1, kind, act):
 @njit(cache=True, nogil=True)
 def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out, blk0, blk1):
     """out = activation(alpha * a @ op(b) + beta * c) for the blocks [blk0, blk1) of `rows` rows by `cols`
-    columns (row-block major); a (M, K) C-contiguous, b (K, N), or (N, K) when `trans_b`, c broadcast to (M, N).
+    columns (row-block major); a (M, K) C-contiguous, b (K, N), or (N, K) when `trans_b`; c C-contiguous of shape
+    (1 or M, 1 or N), broadcast as it is read (a broadcast view's zero strides kept its row loop scalar).
     Each block is one BLAS call writing its block of `out` in place (blas.gemm on strided views), then the
     epilogue over it while it is in cache."""
     m, n = out.shape
@@ -122,17 +123,22 @@ def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out
         for i in range(m1 - m0):
             yr = y[i]
             if has_c:
-                cr = c[m0 + i]
-                for j in range(n1 - n0):
-                    yr[_u(j)] += beta * cr[n0 + j]
+                cr = c[0] if c.shape[0] == 1 else c[m0 + i]
+                if c.shape[1] == 1:
+                    cv = beta * cr[0]
+                    for j in range(n1 - n0):
+                        yr[_u(j)] += cv
+                else:
+                    for j in range(n1 - n0):
+                        yr[_u(j)] += beta * cr[_u(n0 + j)]
             if kind != IDENTITY:
                 activate(yr, 0, n1 - n0, kind, act)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
-    """As gemm_blocks over blocks of columns (`cols` each, bt (N, K)), for very few rows: each output is its own dot product over K in one fixed order, the same
-    for every column. A BLAS call per block of columns rounds the last, narrower block differently; then equal
+    """As gemm_blocks over blocks of columns (`cols` each, bt (N, K)), for very few rows: each output is its own
+    dot product over K in one fixed order, the same for every column. A BLAS call per block of columns rounds the last, narrower block differently; then equal
     columns (a layer whose weight rows are equal) come out unequal, and a softmax after them turns a 1-ulp
     difference into a wrong answer where onnxruntime gives equal outputs."""
     m, kk = a.shape
@@ -149,7 +155,7 @@ def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
                     acc += ar[t] * br[t]
                 y = alpha * acc
                 if has_c:
-                    y += beta * c[i, j]
+                    y += beta * c[0 if c.shape[0] == 1 else i, 0 if c.shape[1] == 1 else j]
                 out[i, j] = y
             if kind != IDENTITY:
                 activate(out[i], n0, n1, kind, act)

@@ -82,6 +82,15 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
     return out
 
 
+def _compact_c(c, m, n):
+    """Gemm's C as a C-contiguous (1 or M, 1 or N) array, which the kernels broadcast as they read it."""
+    c2 = np.asarray(c)
+    c2 = c2.reshape((1,) * (2 - c2.ndim) + c2.shape) if c2.ndim < 2 else c2
+    if c2.ndim != 2 or c2.shape[0] not in (1, m) or c2.shape[1] not in (1, n):
+        raise ValueError(f"Gemm: C of shape {np.shape(c)} does not broadcast to the output's ({m}, {n})")
+    return ro(c2)
+
+
 def build_gemm(node):
     n_in = len(node.inputs)
     act = activation_of(node)
@@ -105,11 +114,11 @@ def build_gemm(node):
         if kb != kk:
             raise ValueError(f"Gemm: A {a.shape} and B {b.shape} (after transposes) do not multiply")
         has_c = c is not None and beta != 0.0
-        cc = np.broadcast_to(c, (m, n)) if has_c else _no_c(a.dtype)
+        cc = _compact_c(c, m, n) if has_c else _no_c(a.dtype)
         if m == 0 or n == 0 or kk == 0:
             y = np.zeros((m, n), dtype=a.dtype)
             if has_c:
-                y += (beta * cc).astype(a.dtype)
+                y += (beta * np.broadcast_to(cc, (m, n))).astype(a.dtype)
             return (act.apply(y),)
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
             y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act)
