@@ -460,6 +460,26 @@ def test_dropout_training_left_to_fallback():
     assert CPU not in providers_of(make_model("Dropout", inputs, 13))
 
 
+def test_matmul_reads_a_transposed_b_without_copying_it(monkeypatch):
+    """A column-major B (a transposed view, as a folded Transpose of a weight can be) goes to the GEMM as its
+    (N, K) rows with transB; a read-only view of a constant B counts as the constant (its transposed copy kept)."""
+    from onnxjit.ops import linalg as L
+    a, w = _rand((2, 40, 24)), _rand((64, 24), seed=1)
+    b = w.T  # (24, 64), F-contiguous
+    copies = []
+    real = np.ascontiguousarray
+    monkeypatch.setattr(L.np, "ascontiguousarray", lambda x, *k: copies.append(x.shape) or real(x, *k))
+    np.testing.assert_allclose(L.matmul(a, b), a @ b, rtol=1e-5, atol=1e-5)
+    assert (24, 64) not in copies
+    const = _rand((24, 64), seed=2)
+    const.flags.writeable = False
+    cache = L._Transposed(const)
+    view = const.view()
+    assert cache.holds(view) and not cache.holds(const.copy())
+    np.testing.assert_allclose(L.matmul(a[:, :1], view, cache), a[:, :1] @ const, rtol=1e-5, atol=1e-5)
+    assert cache.of(view) is cache.of(const)
+
+
 # --- InstanceNormalization, LRN --------------------------------------------------------------------------------
 @pytest.mark.parametrize("xs,opset,eps", [((2, 3, 5, 4), 6, 1e-5), ((1, 4, 300), 6, 1e-3), ((2, 3, 2, 3, 2), 1, 1e-5)])
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -36,8 +36,15 @@ class _Transposed:
         self.const = const
         self.t = None
 
+    def holds(self, b) -> bool:
+        """Whether b is the constant: the array itself, or a view of all of it (the provider hands kernels
+        read-only views of the initializers, new objects over the same memory)."""
+        c = self.const
+        return c is not None and (b is c or (b.shape == c.shape and b.strides == c.strides and b.dtype == c.dtype
+                                             and b.ctypes.data == c.ctypes.data))
+
     def of(self, b):
-        if self.const is None or b is not self.const:
+        if not self.holds(b):
             return np.ascontiguousarray(b.T)
         if self.t is None:
             self.t = np.ascontiguousarray(b.T)
@@ -153,12 +160,13 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION):
         y = act.apply(np.zeros(batch + (m, n), dtype=a.dtype))
     elif b.ndim == 2:  # A's batch folds into its rows: one GEMM
         a2 = np.ascontiguousarray(a).reshape(-1, kk)
-        b2 = np.ascontiguousarray(b)
         no_c = _no_c(a.dtype)
-        if a2.shape[0] <= FEW_ROWS and bt_cache is not None and b is bt_cache.const:
+        if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
             y = _dot_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
+        elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
+            y = _gemm(a2, b.T, True, no_c, 1.0, 0.0, False, act)
         else:
-            y = _gemm(a2, b2, False, no_c, 1.0, 0.0, False, act)
+            y = _gemm(a2, np.ascontiguousarray(b), False, no_c, 1.0, 0.0, False, act)
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)

@@ -132,6 +132,8 @@ def _to_initializers(graph: Graph, node: Node, values: list[np.ndarray]) -> None
         if not v.name:
             continue
         v.producer = None
+        if not array.flags.c_contiguous:  # kernels take initializers C-contiguous, as loaded ones are
+            array = array.copy(order="C")
         v.const = array
         if v.name in output_names:
             array.flags.writeable = False  # returned to callers on every run: no one may write into it
