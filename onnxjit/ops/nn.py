@@ -37,6 +37,7 @@ DIRECT_CONV_MAX_CHANNELS = 16
 CONV_TILE_BYTES = 1 << 20  # most bytes of a conv_gemm unit's im2col tile, and of its output block (half an L2)
 CONV_TILE_MIN_PIXELS = 128  # fewest output pixels of a tile, where the image has them (GEMM efficiency)
 CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has them (GEMM efficiency)
+CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
 # a kernel call doing less work than this (element operations) runs on the calling thread alone: handing work
 # to other threads costs more than it saves
 PARALLEL_GRAIN = 1 << 17
@@ -386,13 +387,13 @@ def build_conv(node):
 
 def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows, of even
-    sizes, within the byte budgets, about CHUNKS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS
+    sizes, within the byte budgets, about CONV_UNITS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS
     wide; where that leaves fewer units, a pointwise conv splits its output channels too, and an im2col one when
     threads would idle otherwise (each block repeats the tile's im2col); blocks of at least CONV_MIN_M_BLOCK
     channels: BLAS ran a 1x1 conv's 16-row blocks at half its speed on 64-row ones."""
     per_row = (mg + (0 if pointwise else kk)) * ow * itemsize
     budget = max(1, CONV_TILE_BYTES // per_row)
-    wanted = CHUNKS_PER_THREAD * nth if parallel else 1
+    wanted = CONV_UNITS_PER_THREAD * nth if parallel else 1
     share = -(-nrows * images // wanted)
     tile_rows = max(1, min(nrows, budget, max(share, -(-CONV_TILE_MIN_PIXELS // ow))))
     tile_rows = -(-nrows // -(-nrows // tile_rows))  # the same number of tiles, of even sizes
