@@ -137,6 +137,20 @@ def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch)
     assert calls
 
 
+@pytest.mark.parametrize("op,ws", [("Conv", (16, 16, 3, 3)), ("ConvTranspose", (16, 8, 2, 2))])
+def test_fed_weights_written_in_place_between_runs(op, ws):
+    """A weight derived once (Winograd-transformed, packed) is kept for the node's constant only: a fed W that
+    the caller rewrites between runs is derived anew."""
+    model = make_model(op, [("x", _rand((1, 16, 16, 16)), False), ("w", _rand(ws, seed=1), False)], 17,
+                       **({"pads": [1, 1, 1, 1]} if op == "Conv" else {"strides": [2, 2]}))
+    x, w = _rand((1, 16, 16, 16)), _rand(ws, seed=1)
+    sess = cpu_session(model)
+    sess.run(None, {"x": x, "w": w})
+    w *= 2
+    got = sess.run(None, {"x": x, "w": w})[0]
+    np.testing.assert_allclose(got, expected(model, {"x": x, "w": w})[0], rtol=1e-4, atol=1e-4 * np.abs(got).max())
+
+
 def test_conv_weights_fed():
     check("Conv", [("x", _rand((1, 3, 6, 6)), False), ("w", _rand((4, 3, 3, 3), seed=1), False),
                    ("b", _rand(4, seed=2), False)], 11, pads=[1, 1, 1, 1])
@@ -473,7 +487,7 @@ def test_matmul_reads_a_transposed_b_without_copying_it(monkeypatch):
     assert (24, 64) not in copies
     const = _rand((24, 64), seed=2)
     const.flags.writeable = False
-    cache = L._Transposed(const)
+    cache = L.ConstantDerived(const, L._transposed)
     view = const.view()
     assert cache.holds(view) and not cache.holds(const.copy())
     np.testing.assert_allclose(L.matmul(a[:, :1], view, cache), a[:, :1] @ const, rtol=1e-5, atol=1e-5)

@@ -10,7 +10,7 @@ output_shape the input cannot produce) raise ValueError here too.
 The kernel (`onnxjit.kernels.conv_transpose`) runs a GEMM of the transposed weight by the input and scatters the
 columns into the output (col2im), over units that own disjoint output tiles (about TILES_PER_THREAD per thread:
 on a busy machine a thread that stalls then holds back only a small share). The transposed weight is packed
-once per session for a constant (read-only) W.
+once per session for a constant W (an initializer no feed overrides), at every run for a fed one.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ import numpy as np
 
 from onnxjit.kernels import conv_transpose as kct
 from onnxjit.kernels.linalg import single_threaded_blas
-from onnxjit.ops.nn import AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, float_type, ro, run_units, spatial_rank, \
-    wanted_outputs
+from onnxjit.ops.nn import (AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, ConstantDerived, constant_input,
+                            float_type, ro, run_units, spatial_rank, wanted_outputs)
 from onnxjit.ops.registry import attr, register_op
 
 # input planes per GEMM: columns of at most COLUMN_BYTES (GEMM and col2im then work in L2: 16 -> 4 channels,
@@ -77,25 +77,14 @@ def _as_3d(vals, r, fill):
     return tuple(vals)
 
 
-class _PackedWeight:
-    """The kernel's weight layout (group, M/group * kvol, C/group) of the last W, kept while W is read-only (a
-    constant) and the same object."""
-
-    def __init__(self):
-        self.w = None
-        self.packed = None
-
-    def of(self, w, group):
-        if self.w is not w or w.flags.writeable:
-            c, mg = w.shape[:2]
-            rows = mg * math.prod(w.shape[2:])
-            packed = np.empty((group, rows, c // group), dtype=w.dtype)  # plain strides, even along unit dims
-            packed[...] = w.reshape(group, c // group, rows).transpose(0, 2, 1)  # (BLAS checks every stride)
-            packed = ro(packed)
-            if w.flags.writeable:
-                return packed
-            self.w, self.packed = w, packed
-        return self.packed
+def _packed_weight(w, group):
+    """The kernel's weight layout (group, M/group * kvol, C/group), with plain strides even along unit dims (BLAS
+    checks every stride)."""
+    c, mg = w.shape[:2]
+    rows = mg * math.prod(w.shape[2:])
+    packed = np.empty((group, rows, c // group), dtype=w.dtype)
+    packed[...] = w.reshape(group, c // group, rows).transpose(0, 2, 1)
+    return ro(packed)
 
 
 @register_op("ConvTranspose", since=1)
@@ -121,7 +110,7 @@ def build_conv_transpose(node):
             or min(strides) < 1 or min(dilations) < 1 or min(output_padding) < 0:
         return None
     kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
-    packed = _PackedWeight()
+    packed = ConstantDerived(constant_input(node, 1), lambda w: _packed_weight(w, group))
     cache = {}
 
     def plan(xs, ws, itemsize):
@@ -169,7 +158,7 @@ def build_conv_transpose(node):
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
         y = np.empty(y5, dtype=x.dtype)
         with single_threaded_blas:
-            run_units(kct.conv_transpose, (ro(x.reshape(x5)), packed.of(w, group), bias, k, s, d, p, taps,
+            run_units(kct.conv_transpose, (ro(x.reshape(x5)), packed.of(w), bias, k, s, d, p, taps,
                                            tile_planes, m_blocks, chunk, use_blas, y), units, work)
         return (y.reshape(shape),)
 

@@ -14,41 +14,13 @@ import numba
 import numpy as np
 
 from onnxjit.kernels import linalg as k
-from onnxjit.ops.nn import (CHUNKS_PER_THREAD, NO_ACTIVATION, PARALLEL_GRAIN, activation_of, float_type, rank_of,
-                             ro, run_units)
+from onnxjit.ops.nn import (CHUNKS_PER_THREAD, NO_ACTIVATION, PARALLEL_GRAIN, ConstantDerived, activation_of,
+                             constant_input, float_type, rank_of, ro, run_units)
 from onnxjit.ops.registry import attr, register_op
 
 
-def _constant(node, i):
-    """The constant value of input i (an initializer no feed can override), or None."""
-    v = node.inputs[i] if i < len(node.inputs) else None
-    if v is None or v.const is None:
-        return None
-    if node.graph is not None and any(g is v for g in node.graph.inputs):
-        return None
-    return v.const
-
-
-class _Transposed:
-    """A lazily made C-contiguous transpose of one constant array."""
-
-    def __init__(self, const):
-        self.const = const
-        self.t = None
-
-    def holds(self, b) -> bool:
-        """Whether b is the constant: the array itself, or a view of all of it (the provider hands kernels
-        read-only views of the initializers, new objects over the same memory)."""
-        c = self.const
-        return c is not None and (b is c or (b.shape == c.shape and b.strides == c.strides and b.dtype == c.dtype
-                                             and b.ctypes.data == c.ctypes.data))
-
-    def of(self, b):
-        if not self.holds(b):
-            return np.ascontiguousarray(b.T)
-        if self.t is None:
-            self.t = np.ascontiguousarray(b.T)
-        return self.t
+def _transposed(b):
+    return np.ascontiguousarray(b.T)
 
 
 FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (see kernels.linalg.dot_cols)
@@ -113,7 +85,7 @@ def build_gemm(node):
     beta = float(attr(node, "beta", 1.0))
     trans_a = int(attr(node, "transA", 0)) != 0
     trans_b = int(attr(node, "transB", 0)) != 0
-    bt_cache = _Transposed(None if trans_b else _constant(node, 1))
+    bt_cache = ConstantDerived(None if trans_b else constant_input(node, 1), _transposed)
 
     def run(a, b, c=None):
         if a.ndim != 2 or b.ndim != 2:
@@ -203,8 +175,8 @@ def build_matmul(node):
         return None
     if any(rank_of(node, i) == 0 for i in (0, 1)):
         return None
-    const_b = _constant(node, 1)
-    bt_cache = _Transposed(const_b if const_b is not None and const_b.ndim == 2 else None)
+    const_b = constant_input(node, 1)
+    bt_cache = ConstantDerived(const_b if const_b is not None and const_b.ndim == 2 else None, _transposed)
     return lambda a, b: (matmul(a, b, bt_cache, act),)
 
 

@@ -104,6 +104,40 @@ def run_units(kernel, args, n_units, work):
         raise errors[0]
 
 
+def constant_input(node, i):
+    """The constant value of input i (an initializer no feed can override), or None."""
+    v = node.inputs[i] if i < len(node.inputs) else None
+    if v is None or v.const is None:
+        return None
+    if node.graph is not None and any(g is v for g in node.graph.inputs):
+        return None
+    return v.const
+
+
+class ConstantDerived:
+    """An array derived from a node's constant input (a transposed or transformed weight): made once for the
+    constant, and anew for any other value (a fed array may be written in place between runs)."""
+
+    def __init__(self, const, derive):
+        self.const = const
+        self.derive = derive
+        self.value = None
+
+    def holds(self, b) -> bool:
+        """Whether b is the constant: the array itself, or a view of all of it (the provider may hand kernels
+        read-only views of the initializers, new objects over the same memory)."""
+        c = self.const
+        return c is not None and (b is c or (b.shape == c.shape and b.strides == c.strides and b.dtype == c.dtype
+                                             and b.ctypes.data == c.ctypes.data))
+
+    def of(self, b):
+        if not self.holds(b):
+            return self.derive(b)
+        if self.value is None:
+            self.value = self.derive(b)
+        return self.value
+
+
 def ro(a):
     """A read-only view of `a` (C-contiguous): kernels then see one array type whether an input is an
     initializer (read-only) or a computed value, and compile once per dtype."""
@@ -311,7 +345,7 @@ def build_conv(node):
     group, strides, dilations, pads = geometry
     kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
     cache = {}
-    winograd_weights = _WinogradWeights()
+    winograd_weights = ConstantDerived(constant_input(node, 1), _winograd_weights)
 
     def plan(xs, ws, itemsize):
         key = (xs, ws, itemsize)
@@ -435,19 +469,10 @@ def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
     return tile_rows, m_blocks
 
 
-class _WinogradWeights:
-    """The transformed weights of the last weight seen: computed once for a constant weight."""
-
-    def __init__(self):
-        self.w = None
-        self.u = None
-
-    def of(self, w):
-        if w is not self.w:
-            self.u = kconv.winograd_weights(w, w.dtype)
-            self.u.flags.writeable = False
-            self.w = w
-        return self.u
+def _winograd_weights(w):
+    u = kconv.winograd_weights(w, w.dtype)
+    u.flags.writeable = False
+    return u
 
 
 @register_op("NhwcConv", since=1, domain=FUSED_DOMAIN)
