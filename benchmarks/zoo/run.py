@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import glob
 import json
 import math
 import os
@@ -174,8 +173,8 @@ def format_table(rows: list[Row], markdown: bool = False) -> str:
     profiled = [r for r in rows if r.top_ops]
     if profiled:
         lines.append("")
-        lines.append("heaviest op types in onnxjit's profile, ms per run in onnxjit / onnxruntime (summed over the op's "
-                     "nodes; a fused step counts as its first node's op, Fused* as the op it fuses):")
+        lines.append("heaviest op types in onnxjit's profile, ms per run in onnxjit / onnxruntime (summed over the "
+                     "op's nodes; a fused step counts as its first node's op, Fused* as the op it fuses):")
         for r in profiled:
             ops = ", ".join(f"{op} {a:.1f}/{b:.1f}" for op, a, b in r.top_ops)
             total = f" (all ops {r.profiled_ms[0]:.1f}/{r.profiled_ms[1]:.1f})" if r.profiled_ms else ""

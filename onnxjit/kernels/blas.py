@@ -1,13 +1,12 @@
 """BLAS GEMM on strided row-major views, from inside kernels: `gemm(a, b, c, alpha, beta, trans_a, trans_b)` is
-c = alpha * a @ b + beta * c (a, b optionally transposed: read as they lie) for 2-D float32/float64 arrays whose rows are contiguous (last stride one) but may
-lie apart, as a block of columns of a larger matrix does.
+c = alpha * op(a) @ op(b) + beta * c (op: transposed where asked, read as it lies) for 2-D float32/float64 arrays
+whose rows are contiguous (last stride one) but may lie apart, as a block of columns of a larger matrix does.
 
-numba's np.dot takes only contiguous arrays (it copies the others) and always overwrites its output; BLAS itself
-takes a leading dimension per operand and accumulates. Through this, a kernel multiplies a block of columns of
-an image in place (a 1x1 conv over a share of the pixels, no copy), or adds onto an output that already holds the
-bias or a residual. It calls numba_xxgemm, the helper numba's own np.dot calls (scipy's BLAS, whose thread count
-`onnxjit.kernels.linalg.blas_threads` sets), with the row-major product written as the column-major
-c^T = b^T a^T.
+numba's np.dot takes only contiguous arrays (it copies the others); BLAS itself takes a leading dimension per
+operand and a transpose flag. Through this, a kernel multiplies a block of columns of an image in place (a 1x1
+conv over a share of the pixels, no copy), or reads a weight stored (N, K) as it lies. It calls numba_xxgemm,
+the helper numba's own np.dot calls (scipy's BLAS, whose thread count `onnxjit.kernels.linalg.blas_threads`
+sets), with the row-major product written as the column-major c^T = op(b)^T op(a)^T.
 """
 from __future__ import annotations
 

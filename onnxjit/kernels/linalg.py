@@ -138,9 +138,9 @@ def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
     """As gemm_blocks over blocks of columns (`cols` each, bt (N, K)), for very few rows: each output is its own
-    dot product over K in one fixed order, the same for every column. A BLAS call per block of columns rounds the last, narrower block differently; then equal
-    columns (a layer whose weight rows are equal) come out unequal, and a softmax after them turns a 1-ulp
-    difference into a wrong answer where onnxruntime gives equal outputs."""
+    dot product over K in one fixed order, the same for every column. A BLAS call per block of columns rounds the
+    last, narrower block differently; then equal columns (a layer whose weight rows are equal) come out unequal,
+    and a softmax after them turns a 1-ulp difference into a wrong answer where onnxruntime gives equal outputs."""
     m, kk = a.shape
     n = bt.shape[0]
     for blk in range(blk0, blk1):

@@ -37,8 +37,6 @@ def batchnorm(x, a, b, out, t0, t1):
                 yr[_u(j)] = xr[_u(j)] * av + bv
 
 
-
-
 @njit(cache=True, nogil=True)
 def instance_norm(x, scale, bias, eps, out, t0, t1):
     """InstanceNormalization over the (image, channel) rows [t0, t1) of x (N, C, S): out = scale[c] * (x - mean)

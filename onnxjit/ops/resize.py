@@ -17,9 +17,9 @@ its cubic coefficients (taps clamped to the edge; exclude_outside renormalizes) 
 an output of the input's shape is the input itself (onnxruntime skips both, even for tf_crop_and_resize). One
 exception: align_corners from scales maps onto scale * input length, not the truncated output size, as the ONNX
 reference and conformance suite do (onnxruntime differs there). tf_crop_and_resize writes extrapolation_value,
-after the passes, over each output element one of whose coordinates falls outside the input. Nearest copies elements (any dtype, viewed as an unsigned integer of its
-width: exact). Separate passes round linear and cubic results once per axis where onnxruntime sums all taps at
-once: equal up to float rounding.
+after the passes, over each output element one of whose coordinates falls outside the input. Nearest copies
+elements (any dtype, viewed as an unsigned integer of its width: exact). Separate passes round linear and cubic
+results once per axis where onnxruntime sums all taps at once: equal up to float rounding.
 
 onnxruntime has no kernel for float64 or float16, nor for linear or cubic over other layouts than its 2-D/3-D
 ones; the same tables apply there (tests compare with onnx.reference). Linear and cubic over integer types,

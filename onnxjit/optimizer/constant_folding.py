@@ -8,8 +8,9 @@ shapes are static fold too, so the Shape->Gather->Unsqueeze->Concat chains expor
 fold when shapes are static.
 
 Never folded: random ops (each run draws anew), nodes with subgraphs, domains other than ai.onnx and ai.onnx.ml,
-outputs that are not tensors, and outputs above MAX_FOLDED_ELEMENTS and above every constant input's size. DequantizeLinear of a constant folds:
-onnxruntime keeps it for its QDQ fusions, which onnxjit does not have, so folding only saves the per-run work.
+outputs that are not tensors, and outputs above both MAX_FOLDED_ELEMENTS and every constant input's size.
+DequantizeLinear of a constant folds: onnxruntime keeps it for its QDQ fusions, which onnxjit does not have, so
+folding only saves the per-run work.
 """
 from __future__ import annotations
 

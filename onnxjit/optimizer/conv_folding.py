@@ -137,7 +137,6 @@ def batchnorm_as_affine(graph: Graph, ctx: PassContext) -> int:
         b_v = graph.add_initializer(fresh_name(graph, f"{base}_shift", taken),
                                     (bn_bias - mean * s).reshape(shape).astype(x_type.dtype))
         scaled = Value(fresh_name(graph, f"{base}_scaled", taken), TensorType(x_type.elem_type, x_type.shape))
-        taken.add(scaled.name)
         node_names = {n.name for n in graph.nodes}
         mul = Node("Mul", [bn.inputs[0], s_v], [scaled], name=fresh_name(graph, f"{base}_mul", node_names),
                    opset=ctx.opset(""))
