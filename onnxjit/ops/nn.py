@@ -7,21 +7,18 @@ Python, cached, and handed to the Numba kernels in `onnxjit.kernels.conv` / `.po
 spatial dims (1-D and 2-D inputs get unit leading spatial dims, a free reshape). Output sizes and auto_pad follow
 onnxruntime's CPU kernels, including where they differ from the ONNX reference (pooling with auto_pad SAME and
 dilations, ceil_mode together with auto_pad); Conv with auto_pad SAME and dilations, which onnxruntime refuses,
-pads for the dilated kernel as the spec says. Kernels run over threads through `run_units` (below).
+pads for the dilated kernel as the spec says. Kernels run over threads through `run_units` (onnxjit.worker_pool).
 """
 from __future__ import annotations
 
-import itertools
 import math
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 from onnx import TensorProto
 
-from onnxjit import affinity, contrib
+from onnxjit import contrib
 from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.kernels import conv as kconv
 from onnxjit.kernels import linalg as klinalg
@@ -29,6 +26,7 @@ from onnxjit.kernels import nn as knn
 from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import single_threaded_blas
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, run_units  # noqa: F401  (ops import them here)
 
 FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -38,70 +36,6 @@ CONV_TILE_BYTES = 1 << 20  # most bytes of a conv_gemm unit's im2col tile, and o
 CONV_TILE_MIN_PIXELS = 128  # fewest output pixels of a tile, where the image has them (GEMM efficiency)
 CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has them (GEMM efficiency)
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
-# a kernel call doing less work than this (element operations) runs on the calling thread alone: handing work
-# to other threads costs more than it saves
-PARALLEL_GRAIN = 1 << 17
-CHUNKS_PER_THREAD = 4  # chunks a parallel call is cut into, per thread: threads take them as they come
-
-
-# --- running kernels over threads ------------------------------------------------------------------------------
-# The kernels are serial `nogil` Numba functions over a range of work units; a parallel call cuts the units into
-# chunks that the calling thread and pool workers take dynamically. Compared with numba's prange this compiles
-# several times faster (no parfor lowering), a stalled thread (a busy machine) only delays the chunk it holds,
-# and no OpenMP team spins next to the BLAS. Its workers are pinned one to a core (onnxjit.affinity).
-_executor = None
-_executor_size = 0
-_executor_lock = threading.Lock()
-
-
-def _workers(n):
-    global _executor, _executor_size
-    with _executor_lock:
-        if _executor is None or _executor_size < n:
-            worker_index = itertools.count(1)  # the caller is worker 0
-            _executor = ThreadPoolExecutor(max_workers=n, thread_name_prefix="onnxjit-cpu",
-                                           initializer=lambda: affinity.pin_this_thread_as_worker(next(worker_index)))
-            _executor_size = n
-        return _executor
-
-
-def run_units(kernel, args, n_units, work):
-    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `work` (element
-    operations) is small or one thread is allowed (numba's thread count, which intra_op_num_threads sets), else
-    in chunks taken by the calling thread and pool workers."""
-    threads = numba.get_num_threads()
-    if threads <= 1 or n_units <= 1 or work < PARALLEL_GRAIN:
-        kernel(*args, 0, n_units)
-        return
-    n_chunks = min(n_units, threads * CHUNKS_PER_THREAD)
-    bounds = [n_units * i // n_chunks for i in range(n_chunks + 1)]
-    counter = itertools.count()
-    done = [0]
-    errors = []
-    cond = threading.Condition()
-
-    def take_chunks():
-        while True:
-            i = next(counter)  # atomic under the GIL
-            if i >= n_chunks:
-                return
-            try:
-                kernel(*args, bounds[i], bounds[i + 1])
-            except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
-                errors.append(e)
-            with cond:
-                done[0] += 1
-                if done[0] == n_chunks:
-                    cond.notify_all()
-
-    pool = _workers(threads - 1)
-    for _ in range(min(threads - 1, n_chunks - 1)):
-        pool.submit(take_chunks)
-    take_chunks()
-    with cond:  # only chunks other threads hold are left
-        cond.wait_for(lambda: done[0] == n_chunks)
-    if errors:
-        raise errors[0]
 
 
 def constant_input(node, i):
