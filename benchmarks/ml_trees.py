@@ -1,0 +1,362 @@
+"""Tree ensembles (ai.onnx.ml TreeEnsembleClassifier/Regressor) against onnxruntime, and the designs compared
+when choosing onnxjit's kernel (onnxjit/ops/tree_ensemble.py).
+
+Models are exported on the fly: scikit-learn RandomForestClassifier/Regressor and GradientBoostingClassifier
+(skl2onnx), a LightGBM LGBMClassifier (onnxmltools), an XGBoost classifier when xgboost is installed, 20 features
+trained on 10,000 rows; `synthetic500` is 500 random trees of 255 leaves each (leaf-wise growth, as LightGBM's).
+
+usage:
+  python benchmarks/ml_trees.py [--models rf,gb,...] [--rounds N] [--threads T]
+      each model at batch 10,000 and 1: onnxruntime and onnxjit each timed in its own block of runs with a rest
+      between (never interleaved single runs), best and median of N rounds, their ratio, and the outputs' largest
+      difference (labels must be equal)
+  python benchmarks/ml_trees.py --designs [--models lgb,rf]
+      design (a), the kernel onnxjit runs (a block of rows walks each tree in lockstep) against an early-exit
+      walk per row and design (b), every tree generated as nested if/else source and compiled by Numba (compile
+      time included), one thread
+  python benchmarks/ml_trees.py --compile
+      the 500-tree 255-leaf ensemble's session creation in new processes: over empty caches, then from them
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+
+ROWS, FEATURES, TREES = 10_000, 20, 200
+MAX_IF_ELSE_NODES = 3_000  # design (b) compiles for minutes beyond this
+
+
+def _data(seed=0):
+    from sklearn.datasets import make_classification
+    x, y = make_classification(ROWS, FEATURES, n_informative=10, random_state=seed)
+    return x.astype(np.float32), y
+
+
+def export(name: str):
+    """(ModelProto, input name) of a benchmark model."""
+    warnings.filterwarnings("ignore")
+    x, y = _data()
+    if name == "synthetic500":
+        return synthetic(500, 255), "X"
+    if name in ("rf", "rfr", "gb"):
+        from skl2onnx import to_onnx
+        from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier, RandomForestRegressor
+        if name == "rf":
+            model = RandomForestClassifier(TREES, n_jobs=2, random_state=0).fit(x, y)
+        elif name == "rfr":
+            model = RandomForestRegressor(TREES, max_depth=12, n_jobs=2, random_state=0).fit(x, x[:, 0] * 3 + y)
+        else:
+            model = GradientBoostingClassifier(n_estimators=TREES, max_depth=3, random_state=0).fit(x, y)
+        options = {"zipmap": False} if name != "rfr" else None
+        onx = to_onnx(model, x[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
+        return onx, onx.graph.input[0].name
+    if name == "lgb":
+        import lightgbm
+        from onnxmltools import convert_lightgbm
+        from onnxmltools.convert.common.data_types import FloatTensorType
+        model = lightgbm.LGBMClassifier(n_estimators=TREES, num_leaves=31, verbose=-1).fit(x, y)
+        return convert_lightgbm(model, initial_types=[("X", FloatTensorType([None, FEATURES]))], zipmap=False,
+                                target_opset=15), "X"
+    if name == "xgb":
+        import xgboost
+        from onnxmltools import convert_xgboost
+        from onnxmltools.convert.common.data_types import FloatTensorType
+        model = xgboost.XGBClassifier(n_estimators=TREES, max_depth=6).fit(x, y)
+        return convert_xgboost(model, initial_types=[("X", FloatTensorType([None, FEATURES]))], target_opset=15), "X"
+    raise ValueError(f"unknown model {name!r}")
+
+
+def synthetic(n_trees: int, n_leaves: int, seed: int = 0):
+    """A TreeEnsembleRegressor of n_trees random trees with n_leaves leaves each, grown leaf-wise."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(seed)
+    cols = {k: [] for k in ("tree", "node", "feat", "mode", "value", "true", "false")}
+    tt, tn, tw = [], [], []
+    for t in range(n_trees):
+        # node 0 is the root; split a random leaf until there are n_leaves
+        feat, value, true, false = [0], [0.0], [-1], [-1]
+        leaves = [0]
+        while len(leaves) < n_leaves:
+            i = leaves.pop(int(rng.integers(len(leaves))))
+            feat[i], value[i] = int(rng.integers(FEATURES)), float(rng.normal())
+            true[i], false[i] = len(feat), len(feat) + 1
+            for _ in range(2):
+                feat.append(0)
+                value.append(0.0)
+                true.append(-1)
+                false.append(-1)
+            leaves += [true[i], false[i]]
+        for i in range(len(feat)):
+            leaf = true[i] < 0
+            cols["tree"].append(t)
+            cols["node"].append(i)
+            cols["feat"].append(feat[i])
+            cols["mode"].append("LEAF" if leaf else "BRANCH_LEQ")
+            cols["value"].append(value[i])
+            cols["true"].append(0 if leaf else true[i])
+            cols["false"].append(0 if leaf else false[i])
+            if leaf:
+                tt.append(t)
+                tn.append(i)
+                tw.append(float(rng.normal()))
+    node = helper.make_node(
+        "TreeEnsembleRegressor", ["X"], ["Y"], domain="ai.onnx.ml", n_targets=1, nodes_treeids=cols["tree"],
+        nodes_nodeids=cols["node"], nodes_featureids=cols["feat"], nodes_modes=cols["mode"],
+        nodes_values=cols["value"], nodes_truenodeids=cols["true"], nodes_falsenodeids=cols["false"],
+        target_ids=[0] * len(tt), target_treeids=tt, target_nodeids=tn, target_weights=tw)
+    graph = helper.make_graph([node], "synthetic", [helper.make_tensor_value_info("X", TensorProto.FLOAT,
+                                                                                  [None, FEATURES])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    return model
+
+
+# --- onnxjit against onnxruntime ---------------------------------------------------------------------------------
+def _block(sess, feeds, seconds=1.0, max_runs=2000):
+    """Seconds per run over a block of runs (after one warm-up run)."""
+    sess.run(None, feeds)
+    runs, t0 = 0, time.perf_counter()
+    while runs < max_runs and (runs < 3 or time.perf_counter() - t0 < seconds):
+        sess.run(None, feeds)
+        runs += 1
+    return (time.perf_counter() - t0) / runs
+
+
+def compare(names, rounds, threads):
+    import onnxruntime
+
+    import onnxjit
+    x, _ = _data(1)  # rows the models were not trained on
+    x[::97, 3] = np.nan  # and missing values
+    print(f"threads {threads}, {os.cpu_count()} cores: {_cpu()}")
+    for name in names:
+        model, iname = export(name)
+        data = model.SerializeToString()
+        so = onnxruntime.SessionOptions()
+        so.intra_op_num_threads = threads
+        ort = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
+        jo = onnxjit.SessionOptions()
+        jo.intra_op_num_threads = threads
+        t0 = time.perf_counter()
+        jit = onnxjit.InferenceSession(data, jo, providers=["CPUExecutionProvider"])
+        created = time.perf_counter() - t0
+        where = {s.provider for s in jit._compiled.steps if any(n.domain == "ai.onnx.ml" for n in s.nodes)}
+        want, got = ort.run(None, {iname: x}), jit.run(None, {iname: x})
+        diffs = []
+        for w, g in zip(want, got):
+            w, g = np.asarray(w), np.asarray(g)
+            if w.dtype.kind == "f":
+                scale = max(1.0, float(np.nanmax(np.abs(w))))
+                diffs.append(f"max |diff| {float(np.nanmax(np.abs(w - g))):.2e} (scale {scale:.3g})")
+            else:
+                diffs.append(f"labels differ: {int((w != g).sum())}")
+        print(f"{name}: session {created:.2f}s, tree node on {sorted(where)}; " + "; ".join(diffs))
+        for batch in (ROWS, 1):
+            feeds = {iname: x[:batch]}
+            t_ort, t_jit = [], []
+            for _ in range(rounds):
+                t_ort.append(_block(ort, feeds))
+                time.sleep(0.5)
+                t_jit.append(_block(jit, feeds))
+                time.sleep(0.5)
+            unit, f = ("ms", 1e3) if batch > 1 else ("us", 1e6)
+            print(f"  batch {batch:>5}: onnxruntime {f * min(t_ort):8.3f} {unit} (median {f * np.median(t_ort):.3f})"
+                  f"  onnxjit {f * min(t_jit):8.3f} {unit} (median {f * np.median(t_jit):.3f})"
+                  f"  ratio {min(t_jit) / min(t_ort):.2f} (medians {np.median(t_jit) / np.median(t_ort):.2f})")
+
+
+def _cpu():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return "unknown CPU"
+
+
+# --- designs -----------------------------------------------------------------------------------------------------
+def _ensemble(model):
+    from onnxjit.ir.serde import from_onnx
+    from onnxjit.ops import tree_ensemble as te
+    node = next(n for n in from_onnx(model, None).graph.nodes if n.domain == "ai.onnx.ml")
+    a = te._Attrs(node)
+    classifier = node.op_type == "TreeEnsembleClassifier"
+    f = te._form_v3(a, classifier)
+    if classifier:
+        f.n_targets = 2
+    return te.Ensemble(a, f, np.float32, 0, np.zeros(2, np.int64), one_output=True)
+
+
+def _early_exit_source():
+    return '''
+import numpy as np
+from numba import njit
+
+@njit(nogil=True)
+def kernel(x, nodes, thr, slot, roots, lval, out):
+    xf = x.reshape(x.size)
+    cols = x.shape[1]
+    for r in range(x.shape[0]):
+        acc = lval.dtype.type(0) if False else np.float32(0)
+        o = np.uint32(r * cols)
+        for t in range(roots.shape[0]):
+            n = np.uint32(roots[t])
+            while True:
+                q = np.uint32(4) * n
+                nxt = np.uint32(nodes[q + (np.uint32(2) if xf[o + np.uint32(nodes[q] >> 1)] <= thr[q + np.uint32(1)]
+                                           else np.uint32(3))])
+                if nxt == n:
+                    break
+                n = nxt
+            acc += lval[slot[n], 0]
+        out[r] = acc
+'''
+
+
+def _if_else_source(ens):
+    """Design (b): one function whose body has every tree as nested if/else on x[r, feature]."""
+    nodes = ens.nodes
+    thr = ens.nodes.view(np.float32)[:, 1]
+    lines = ["import numpy as np", "from numba import njit", "", "@njit(nogil=True)", "def kernel(x, out):",
+             "    for r in range(x.shape[0]):", "        acc = np.float32(0)"]
+
+    def emit(n, indent):
+        pad = " " * indent
+        if nodes[n, 2] == n:  # a leaf
+            lines.append(f"{pad}acc += np.float32({float(ens.lval[ens.slot[n], 0])!r})")
+            return
+        lines.append(f"{pad}if x[r, {nodes[n, 0] >> 1}] <= np.float32({float(thr[n])!r}):")
+        emit(int(nodes[n, 2]), indent + 4)
+        lines.append(f"{pad}else:")
+        emit(int(nodes[n, 3]), indent + 4)
+    sys.setrecursionlimit(100_000)
+    for root in ens.trees[:, 0]:
+        emit(int(root), 8)
+    lines.append("        out[r] = acc")
+    return "\n".join(lines) + "\n"
+
+
+def designs(names):
+    from onnxjit.kernels import tree_ensemble as k
+    x, _ = _data(1)
+    print(f"one thread, {ROWS} rows x {FEATURES} features: {_cpu()}")
+    for name in names:
+        model, _ = export(name)
+        ens = _ensemble(model)
+        n_nodes = ens.nodes.shape[0]
+        print(f"{name}: {ens.trees.shape[0]} trees, {n_nodes} nodes, max depth {ens.trees[:, 1].max()}, "
+              f"mean max depth {ens.trees[:, 1].mean():.1f}")
+        params = np.zeros(k.N_PARAMS, np.int64)
+        params[[k.P_SAME_MODE, k.P_AGG, k.P_BLOCK, k.P_KIND, k.P_POST]] = [ens.same_mode, k.SUM, 256,
+                                                                           k.REGRESSOR_1, k.NONE]
+        params[k.P_MISSING] = ens.has_missing
+        args = (ens.nodes.reshape(-1), ens.nodes.view(np.float32).reshape(-1), ens.slot, ens.aux, ens.members,
+                ens.trees, ens.lval, ens.lhas, np.zeros(0, np.float32), np.zeros(1, np.int64), params)
+        z = np.empty((ROWS, 1), np.float32)
+        label = np.empty(ROWS, np.int64)
+
+        def lockstep(xb):
+            k.predict(xb, *args, z, label, 0, len(xb))
+        ref = np.empty(ROWS, np.float32)
+        lockstep(x)
+        ref[:] = z[:, 0]
+        results = [("(a) lockstep block walk (kept)", 0.0, lockstep)]
+        namespace = {}
+        exec(_early_exit_source(), namespace)
+        early = namespace["kernel"]
+        out = np.empty(ROWS, np.float32)
+        t0 = time.perf_counter()
+        early(x[:2], *args[:3], ens.trees[:, 0].copy(), ens.lval, out[:2])
+        results.append(("(a') early exit per row", time.perf_counter() - t0,
+                        lambda xb: early(xb, *args[:3], ens.trees[:, 0].copy(), ens.lval, out[:len(xb)])))
+        if n_nodes <= MAX_IF_ELSE_NODES:
+            source = _if_else_source(ens)
+            namespace = {}
+            t0 = time.perf_counter()
+            exec(compile(source, f"<if-else {name}>", "exec"), namespace)
+            gen = namespace["kernel"]
+            gen(x[:2], out[:2])
+            results.append((f"(b) nested if/else ({len(source) // 1024} KB source)", time.perf_counter() - t0,
+                            lambda xb: gen(xb, out[:len(xb)])))
+        else:
+            print(f"  (b) nested if/else: not compiled (over {MAX_IF_ELSE_NODES} nodes: gb's 2,946 took 156 s)")
+        for label_, compile_s, fn in results:
+            fn(x)
+            if label_.startswith("(a)"):
+                ok = True
+            else:
+                ok = np.allclose(out, ref, rtol=1e-5, atol=1e-5)
+            t10k = min(_timed(fn, x) for _ in range(3))
+            t1 = min(_timed(fn, x[:1], 2000) for _ in range(3))
+            print(f"  {label_:42s} compile {compile_s:6.2f}s  batch 10000 {1e3 * t10k:7.2f} ms  "
+                  f"batch 1 {1e6 * t1:7.2f} us  {'same sums' if ok else 'DIFFERENT SUMS'}")
+
+
+def _timed(fn, xb, runs=3):
+    fn(xb)
+    t0 = time.perf_counter()
+    for _ in range(runs):
+        fn(xb)
+    return (time.perf_counter() - t0) / runs
+
+
+# --- compile time ------------------------------------------------------------------------------------------------
+CHILD = r"""
+import sys, time
+t0 = time.perf_counter()
+import numpy as np
+import onnxjit
+t1 = time.perf_counter()
+sess = onnxjit.InferenceSession(sys.argv[1], providers=["CPUExecutionProvider"])
+t2 = time.perf_counter()
+sess.run(None, {"X": np.zeros((1, 20), np.float32)})
+t3 = time.perf_counter()
+print(f"import {t1 - t0:.2f}s, session {t2 - t1:.2f}s, first run {1e3 * (t3 - t2):.1f} ms")
+"""
+
+
+def compile_times(rounds):
+    import onnx
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "synthetic500.onnx")
+        onnx.save(synthetic(500, 255), path)
+        for r in range(rounds):
+            env = dict(os.environ, ONNXJIT_CACHE_DIR=os.path.join(tmp, f"oj{r}"),
+                       NUMBA_CACHE_DIR=os.path.join(tmp, f"nb{r}"))
+            for state in ("empty caches", "warm caches "):
+                out = subprocess.run([sys.executable, "-c", CHILD, path], env=env, capture_output=True, text=True)
+                print(f"500 trees x 255 leaves, {state}: {out.stdout.strip() or out.stderr.strip()[-300:]}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--models", default="rf,rfr,gb,lgb,xgb")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--designs", action="store_true")
+    ap.add_argument("--compile", action="store_true")
+    args = ap.parse_args()
+    names = [n for n in args.models.split(",") if n]
+    if "xgb" in names:
+        try:
+            import xgboost  # noqa: F401
+        except ImportError:
+            print("xgboost is not installed: xgb skipped (pip install xgboost)")
+            names.remove("xgb")
+    if args.compile:
+        compile_times(args.rounds)
+    elif args.designs:
+        designs(names)
+    else:
+        compare(names, args.rounds, args.threads)
+
+
+if __name__ == "__main__":
+    main()
