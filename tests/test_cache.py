@@ -333,3 +333,71 @@ def test_warm_process_loads_kernels_without_numba_compiler(tmp_path):
     assert first["elementwise"] == 2  # an empty store: both generated kernels compiled
     second = run("--no-numba-compiler", ONNXJIT_ASSERT_CACHED="1")
     assert set(second) == set(first) and not any(second.values())
+
+
+# --------------------------------------------------------------------------- Numba's cache files under concurrency
+
+_ADD_ONE = """\
+from onnxjit.cache.jit import njit
+
+@njit(cache=True)
+def add_one(x):
+    return x + 1
+"""
+
+
+def _fresh_add_one(tmp_path, name):
+    """Import the module again under a new name: a new dispatcher over the same cache files, as a new process."""
+    import importlib.util
+    path = tmp_path / "addone.py"
+    if not path.exists():
+        path.write_text(_ADD_ONE)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.add_one
+
+
+def test_signatures_get_their_own_data_files(tmp_path):
+    add_one = _fresh_add_one(tmp_path, "addone_a")
+    for dt in (np.int8, np.int64):
+        add_one(np.arange(3, dtype=dt))
+    cache_file = add_one._cache._cache_file
+    names = sorted(cache_file._load_index().values())
+    assert len(set(names)) == 2, names
+    assert not any(n.endswith(".1.nbc") for n in names), names  # not Numba's first-free numbering
+
+
+def test_entry_of_another_signature_is_not_run(tmp_path):
+    """Numba's numbered data files let two processes adding signatures at once leave the index of one pointing at
+    the other's code (CI: ScatterElements on int8 ran int64 code). A load whose signature differs is a miss."""
+    first = _fresh_add_one(tmp_path, "addone_b")
+    first(np.arange(3, dtype=np.int8))
+    first(np.arange(3, dtype=np.int64))
+    cache_file = first._cache._cache_file
+    index = cache_file._load_index()
+    (k8,) = [k for k in index if "int8" in repr(k[0])]
+    (k64,) = [k for k in index if "int64" in repr(k[0])]
+    index[k8] = index[k64]  # what the race left behind
+    cache_file._save_index(index)
+
+    second = _fresh_add_one(tmp_path, "addone_c")
+    x = np.array([1, -2, 126], np.int8)
+    out = second(x)
+    assert out.tolist() == [2, -1, 127]
+    assert second.stats.cache_misses and not second.stats.cache_hits
+
+
+def test_interleaved_saves_never_cross_entries(tmp_path, monkeypatch):
+    """Two writers that read the index before either wrote it: one entry may be lost (a later miss), never
+    crossed."""
+    from onnxjit.cache.jit import KeyedDataCacheFile
+    monkeypatch.setattr(KeyedDataCacheFile, "_load_index", lambda self: {})  # every writer saw an empty index
+    writer = _fresh_add_one(tmp_path, "addone_d")
+    writer(np.arange(3, dtype=np.int8))
+    writer(np.arange(3, dtype=np.int64))
+    monkeypatch.undo()
+    reader = _fresh_add_one(tmp_path, "addone_e")
+    for dt in (np.int8, np.int64):
+        out = reader(np.array([1, 2], dt))
+        assert out.tolist() == [2, 3]

@@ -15,11 +15,13 @@ Tests: tests/test_cache.py runs models in a new process over a warm cache with t
 """
 from __future__ import annotations
 
+import hashlib
+
 import numba
 from numba.core import caching, sigutils, typeinfer
 from numba.core.dispatcher import Dispatcher
 
-__all__ = ["njit", "KernelCache"]
+__all__ = ["njit", "KernelCache", "KeyedDataCacheFile"]
 
 
 def _prepare_runtime(target_context) -> None:
@@ -29,13 +31,41 @@ def _prepare_runtime(target_context) -> None:
     import numba.cpython.hashing  # noqa: F401  (its import adds the _numba_hashsecret_* symbols)
 
 
+class KeyedDataCacheFile(caching.IndexDataCacheFile):
+    """Numba's index/data files, each data file named after a hash of its index key (see the module docstring)."""
+
+    def save(self, key, data):
+        data_name = self._data_name_for(key)
+        # data first: an index entry is never visible before its file
+        self._save_data(data_name, data)
+        overloads = self._load_index()
+        if overloads.get(key) != data_name:
+            overloads[key] = data_name
+            self._save_index(overloads)
+
+    def _data_name_for(self, key) -> str:
+        # the key is (signature, target magic tuple, bytecode hashes): its repr names every type in full
+        digest = hashlib.sha256(repr(key).encode()).hexdigest()[:16]
+        return self._data_name_pattern.replace("{number:d}", digest)
+
+
 class KernelCache(caching.FunctionCache):
-    """Numba's FunctionCache, loading without the target context's refresh."""
+    """Numba's FunctionCache, loading without the target context's refresh, with key-named data files and loads
+    checked against the signature asked for."""
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        plain = self._cache_file
+        self._cache_file = KeyedDataCacheFile(plain._cache_path, self._impl.filename_base, plain._source_stamp)
 
     def load_overload(self, sig, target_context):
         _prepare_runtime(target_context)
+        cres = None
         with self._guard_against_spurious_io_errors():
-            return self._load_overload(sig, target_context)
+            cres = self._load_overload(sig, target_context)
+        if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
+            return None  # an entry written for another signature: compile this one instead
+        return cres
 
 
 def njit(signature_or_function=None, **options):
