@@ -142,6 +142,7 @@ def compare(names, rounds, threads):
         data = model.SerializeToString()
         so = onnxruntime.SessionOptions()
         so.intra_op_num_threads = threads
+        so.log_severity_level = 3  # skl2onnx/onnxmltools declare the label [1]: a warning per run otherwise
         ort = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         jo = onnxjit.SessionOptions()
         jo.intra_op_num_threads = threads
@@ -257,6 +258,7 @@ def designs(names):
         params[[k.P_SAME_MODE, k.P_AGG, k.P_BLOCK, k.P_KIND, k.P_POST]] = [ens.same_mode, k.SUM, 256,
                                                                            k.REGRESSOR_1, k.NONE]
         params[k.P_MISSING] = ens.has_missing
+        params[k.P_REFILL] = ens.refill
         args = (ens.nodes.reshape(-1), ens.nodes.view(np.float32).reshape(-1), ens.slot, ens.aux, ens.members,
                 ens.trees, ens.lval, ens.lhas, np.zeros(0, np.float32), np.zeros(1, np.int64), params)
         z = np.empty((ROWS, 1), np.float32)

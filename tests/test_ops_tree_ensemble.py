@@ -34,7 +34,7 @@ def ml_model(op, attrs, x_elem, out_elems, ml_opset=3, x_shape=None):
     return model
 
 
-def random_trees(rng, n_trees, n_features, modes, depth=3, values=None):
+def random_trees(rng, n_trees, n_features, modes, depth=3, values=None, stop=0.3):
     """Nodes [tree, id, feature, mode, threshold, true id, false id, missing tracks true] and the leaves."""
     nodes, leaves = [], []
     for t in range(n_trees):
@@ -43,7 +43,7 @@ def random_trees(rng, n_trees, n_features, modes, depth=3, values=None):
         def grow(d):
             me = count[0]
             count[0] += 1
-            if d == depth or (d and rng.random() < 0.3):
+            if d == depth or (d and rng.random() < stop):
                 nodes.append([t, me, 0, "LEAF", 0.0, 0, 0, 0])
                 leaves.append((t, me))
                 return me
@@ -183,6 +183,32 @@ def test_one_dimensional_input_is_one_row():
     with pytest.raises(onnxjit.RuntimeException, match="feature 1"):
         native_session(ml_model("TreeEnsembleRegressor", dict(attrs, nodes_featureids=[n[2] for n in nodes]),
                                 T.FLOAT, [T.FLOAT])).run(None, {"X": np.zeros(3, np.float32)})
+
+
+@pytest.mark.parametrize("shape", ["lopsided", "balanced", "mixed_modes"])
+def test_single_rows(shape):
+    """A single row walks several trees at once (lanes refilled tree by tree for lopsided trees, fixed groups for
+    balanced ones or mixed modes); 70 trees span more than one group of lanes."""
+    rng = np.random.default_rng(13)
+    modes = MODES if shape == "mixed_modes" else ["BRANCH_LEQ", "BRANCH_GT"]
+    values = [-1.0, 0.0, 1.0, 2.0] if shape == "mixed_modes" else None
+    nodes, leaves = random_trees(rng, 70, 3, modes, depth=8, values=values, stop=0.4)
+    if shape == "balanced":
+        nodes, leaves = [], []
+        for t in range(70):  # complete trees of depth 4
+            for i in range(31):
+                leaf = i >= 15
+                nodes.append([t, i, int(rng.integers(3)), "LEAF" if leaf else "BRANCH_LEQ",
+                              float(np.float32(rng.normal())), 0 if leaf else 2 * i + 1, 0 if leaf else 2 * i + 2,
+                              int(rng.random() < 0.5)])
+                if leaf:
+                    leaves.append((t, i))
+    attrs = dict(tree_attrs(nodes), n_targets=2, **leaf_weights(rng, leaves, "target", 2, "some"))
+    model = ml_model("TreeEnsembleRegressor", attrs, T.FLOAT, [T.FLOAT])
+    x = features(rng, 6, np.float32, values)
+    sess = native_session(model)
+    for row in x:
+        assert_all_same(sess.run(None, {"X": row[None]}), ort_run(model, {"X": row[None]}))
 
 
 @pytest.mark.parametrize("op", ["TreeEnsembleRegressor", "TreeEnsembleClassifier"])

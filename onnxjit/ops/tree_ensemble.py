@@ -9,23 +9,27 @@ Blocks of BLOCK rows go to onnxjit's threads (`run_units`) when the work is larg
 calling thread, and a single row walks 32 trees at once.
 
 Designs measured (benchmarks/ml_trees.py --designs; Intel Xeon Sapphire Rapids VM, 2 cores, one thread, 10,000
-rows x 20 features; batch 10,000 in ms / batch 1 in us, kernel only):
-                                     GB 200x8 leaves  LightGBM 200x31   RF clf 200 deep   RF reg 200 depth 12
-  (a) lockstep block walk (kept)       6.8 / 2.5        21.6 / 5.2        42.7 / 6.5        37.0 / 4.3
-  (a') early exit, one row at a time  11.0 / 2.3        70.1 / 3.7       203.9 / 8.6       186.4 / 5.4
-  (b) nested if/else source           5.8 / 0.7        (not compiled)
+rows x 20 features; batch 10,000 in ms / batch 1 in us, the kernel alone):
+                                   GB 200 x 8 leaves  LightGBM 200 x 31  XGBoost 200 d6  RF clf 200 deep  RF reg d12
+  (a) lockstep block walk (kept)      6.8 / 2.5-2.7     21.7 / 4.5        11.3 / 3.2      42.7 / 5.8      37.0 / 4.3
+  (a') early exit, one row at a time 11.0 / 2.3         70.1 / 3.8        33.4 / 3.5     203.9 / 8.6     186.4 / 5.4
+  (b) nested if/else source           5.8 / 0.7         (not compiled)
 (b) (every tree as nested if/else, compiled by Numba as one function, as lleaves does with LLVM IR) took 156 s
 to compile GB's 2,946 nodes: Numba's front end grows faster than linearly with a function's branches, so the
-500-tree 255-leaf ensemble (255,000 nodes) could never be ready in 10 s. (a') loses to (a) everywhere but at
-batch 1 on shallow trees, where both are a few microseconds under the session's own overhead. The lockstep walk
-needs no per-model compile; an early-exit walk for deep forests paid 4-5x in branch misses. QuickScorer was not
-tried: (a) already walks GB's depth-3 trees in 3 branch-free steps.
-Against onnxruntime 1.32 (benchmarks/ml_trees.py, 2 threads each, the same machine, best of 3 blocks of runs):
-batch 10,000 RF classifier 27.9 vs 71.7 ms (0.39x), RF regressor 19.8 vs 89.6 ms (0.22x), GB 6.7 vs 15.7 ms
-(0.43x), LightGBM 14.8 vs 28.9 ms (0.51x); batch 1 RF 16.1 vs 8.4 us, GB 11.7 vs 6.9 us, of which ~8 us is the
-session's run() overhead around any one-node model. 500 trees x 255 leaves: session 5.2-5.4 s over empty caches
-(compiling the float32 kernel), 1.9 s from the cache, of which 1.3 s is the optimizer walking the node's big list
-attributes (ir/graph.py Node.subgraphs scans every list element; 0.37-0.50 s when it checks the attribute type).
+500-tree 255-leaf ensemble (255,000 nodes) could never be ready in 10 s, and (b) is not used at any size.
+(a') loses to (a) at batch 10,000 by 1.6-5x (a branch miss per tree and row, and one chain of dependent loads);
+at batch 1 (a) walks 32 trees at once, refilling a lane with the next tree when its tree reaches a leaf for
+lopsided trees (REFILL_BELOW). QuickScorer was not tried: (a) walks GB's depth-3 trees in 3 branch-free steps.
+Against onnxruntime 1.32 (benchmarks/ml_trees.py, 2 threads each, same machine, best of 3 blocks of runs, two
+runs on a machine other sessions also used): batch 10,000 RF classifier 27.9-28.9 vs 71.7-72.6 ms (0.39-0.40x),
+RF regressor 19.8-22.9 vs 89.6-93.5 ms (0.22-0.24x), GB 6.7-9.0 vs 15.7-18.6 ms (0.43-0.48x), LightGBM
+14.8-15.9 vs 28.9-31.1 ms (0.51x), XGBoost 8.5 vs 27.6 ms (0.31x); geometric mean 0.37x. Batch 1: 12-21 us vs
+7-11 us (1.5-1.9x), of which ~8 us is the session's own run() around any one-node model (a Neg: 7.8 us vs
+onnxruntime's 4.3-8 us) and, for LightGBM, its exporter's trailing Mul on the fallback provider (the classifier's
+probabilities output has no inferred type, so the fuser does not take the Mul). 500 trees x 255 leaves: session
+5.2-5.4 s over empty caches (compiling the float32 kernel), 1.9 s from the cache, of which 1.3 s is the optimizer
+walking the node's big list attributes (ir/graph.py Node.subgraphs looks at every list element; 0.37-0.50 s
+when it checks the attribute type instead; 0.45 s with graph optimization off).
 
 Semantics follow onnxruntime 1.32 (tree_ensemble_common.h / tree_ensemble_aggregator.h, and experiments where it
 differs from its source), checked against it in tests/test_ops_tree_ensemble.py:
@@ -46,7 +50,9 @@ differs from its source), checked against it in tests/test_ops_tree_ensemble.py:
     both classes weighted) it is 0 here, as in onnxruntime's fresh output memory;
   - TreeEnsemble-5: set membership is X equal to one of the node's values; over a big set (31 values or more,
     or one outside [0, 30]) X and the values are truncated to integers first; post_transform 1 is LOGISTIC and
-    2 SOFTMAX (onnxruntime's reading; the ONNX spec swaps them); Y has X's dtype.
+    2 SOFTMAX (onnxruntime's reading; the ONNX spec swaps them); Y has X's dtype;
+  - PROBIT uses onnxruntime's erfinv approximation in float32, but onnxruntime's log rounds differently near
+    1: scores near 0.5 come out up to ~1e-3 apart there (probit(0.5): 0 here, 0.00098 in onnxruntime).
 Errors: malformed attributes raise onnxjit.Fail naming the node at session creation; an input of rank other
 than 1 or 2, or with fewer columns than a feature id needs, raises at run time naming the node, the input and the
 expected shape. Classifiers with a single class label are left to the next provider.
@@ -74,6 +80,10 @@ _POSTS = {"NONE": k.NONE, "SOFTMAX": k.SOFTMAX, "LOGISTIC": k.LOGISTIC, "SOFTMAX
 # SOFTMAX_ZERO, PROBIT), so 1 is LOGISTIC and 2 SOFTMAX where the ONNX spec says 1 SOFTMAX and 2 LOGISTIC
 _V5_POSTS = {0: k.NONE, 1: k.LOGISTIC, 2: k.SOFTMAX, 3: k.SOFTMAX_ZERO, 4: k.PROBIT}
 _AGGS = {"AVERAGE": k.AVERAGE, "SUM": k.SUM, "MIN": k.MIN, "MAX": k.MAX}
+# a single row walks with lanes refilled tree by tree when the mean path to a leaf (each split halving the rows)
+# is below this share of the mean tree depth; path/depth: LightGBM and RF 0.34 (one thread, batch 1: 5.3 -> 4.3 us
+# and 6.5 -> 5.6 us), XGBoost depth 6 0.69, RF depth 12 0.87, GB 0.99 (refilled lanes: 1.2-1.4x slower there)
+REFILL_BELOW = 0.5
 BLOCK = 256  # rows a block walks each tree with (RF one thread: 64 rows 1.4x the time, 128 1.15x, 512 the same)
 
 
@@ -370,7 +380,10 @@ class Ensemble:
         self.n_features = max(self.max_feature, 0) + 1
         # trees: runs of one tree id in node order, rooted at their first node (as onnxruntime)
         starts = np.flatnonzero(np.r_[True, tid[1:] != tid[:-1]])
-        depth = self._depths(a, child, leaf, starts)
+        depth, mean_path = self._depths(a, child, leaf, starts)
+        # a single row refills the lanes of its lockstep walk tree by tree when its path to a leaf is much shorter
+        # than the trees' depth (random forests, LightGBM's leaf-wise trees); balanced trees walk in fixed groups
+        self.refill = mean_path < REFILL_BELOW * max(float(depth.mean()), 1.0)
         # leaf weights: onnxruntime keeps those of leaves, in (tree, node, position) order
         nt = f.n_targets
         if f.t_id.size and (f.t_id.min() < 0 or f.t_id.max() >= nt):
@@ -402,17 +415,18 @@ class Ensemble:
             lhas[slot[wpos], wid] = True
         self.weights_positive = bool(np.all(f.t_weight >= 0))
         self.weight_classes = np.unique(f.t_id).size
+        modes, thr, missing = _as_leq(f.modes, np.where(leaf, 0, f.values).astype(dtype), f.missing & ~leaf, child)
         self.nodes = np.zeros((n, 4), np.int32 if dtype == np.float32 else np.int64)
-        self.nodes[:, 0] = (feats << 1) | (f.missing & ~leaf)
+        self.nodes[:, 0] = (feats << 1) | missing
         self.nodes[:, 2:4] = child
-        self.nodes.view(dtype)[:, 1] = np.where(leaf, 0, f.values)
+        self.nodes.view(dtype)[:, 1] = thr
         self.slot = slot.astype(np.int32)
-        self.has_missing = bool(np.any(f.missing & ~leaf))
-        branch_modes = np.unique(f.modes[~leaf])
+        self.has_missing = bool(np.any(missing))
+        branch_modes = np.unique(modes[~leaf])
         self.same_mode = int(branch_modes[0]) if branch_modes.size == 1 and branch_modes[0] < k.MEMBER else \
             (k.LEQ if branch_modes.size == 0 else k.MIXED)
         self.aux = np.zeros((n, 3), np.int32)
-        self.aux[:, 0] = f.modes
+        self.aux[:, 0] = modes
         members = [np.zeros(0, dtype)]
         if f.members is not None:
             total = 0
@@ -442,11 +456,13 @@ class Ensemble:
         depth = np.zeros(starts.size, np.int64)
         frontier = starts
         mark = np.zeros(n, bool)
-        level = 0
+        level, path = 0, 0.0  # path: the sum of the trees' mean root-to-leaf paths, each split halving the rows
         while True:
-            frontier = frontier[~leaf[frontier]]
+            at_leaf = leaf[frontier]
+            path += level * int(at_leaf.sum()) * 0.5 ** level
+            frontier = frontier[~at_leaf]
             if not frontier.size:
-                return depth
+                return depth, path / starts.size
             level += 1
             if level > n:
                 a.fail("a tree has a cycle")
@@ -454,6 +470,24 @@ class Ensemble:
             mark[child[frontier].reshape(-1)] = True
             frontier = np.flatnonzero(mark)
             mark[frontier] = False
+
+
+def _as_leq(modes, thr, missing, child):
+    """LT, GT and GTE nodes rewritten as LEQ ones (in place on `child`), so that forests of any one of these modes
+    take the kernel's LEQ loops: over the floats of the compare dtype, x < t is x <= t' for t' the float below t;
+    x > t is "not x <= t" but for NaN, so GT becomes LEQ with its children swapped and NaN's way flipped
+    (missing_tracks_true negated); GTE is GT of t'. Kept as they are when a threshold is -inf (no float below)."""
+    lt, gt, gte = modes == k.LT, modes == k.GT, modes == k.GTE
+    below = lt | gte
+    if not (lt | gt | gte).any() or np.any(thr[below] == -np.inf):
+        return modes, thr, missing
+    thr, missing, modes = thr.copy(), missing.copy(), modes.copy()
+    thr[below] = np.nextafter(thr[below], thr.dtype.type(-np.inf))
+    flip = gt | gte
+    child[flip] = child[flip][:, ::-1]
+    missing[flip] = ~missing[flip]
+    modes[lt | flip] = k.LEQ
+    return modes, thr, missing
 
 
 # --- running -----------------------------------------------------------------------------------------------------
@@ -469,6 +503,7 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
     params[k.P_POST] = post
     params[k.P_BINARY] = binary_case
     params[k.P_POSITIVE] = ens.weights_positive
+    params[k.P_REFILL] = ens.refill
     base = np.ascontiguousarray(base, dtype)
     args = (ens.nodes.reshape(-1), ens.nodes.view(dtype).reshape(-1), ens.slot, ens.aux, ens.members, ens.trees,
             ens.lval, ens.lhas, base, ens.labels, params)
