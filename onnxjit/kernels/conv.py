@@ -155,7 +155,9 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
     (the phase width) columns wide and the extra columns are dropped. That is a loop of about oh*wq elements
     per tap instead of oh loops of ow (7 to 56 for depthwise convs), and it vectorizes; its length is rounded up
     to a whole number of vector iterations (the buffers have room), since the scalar remainder of short loops
-    cost as much as the vector part."""
+    cost as much as the vector part. A 3x3 kernel adds its 9 taps in one pass (`_taps9`), and stride 2 fills
+    both column phases of a row in one de-interleaving pass (`_split_pairs`): on the Zen 3 VM, one thread, 3x3
+    depthwise 144 channels at 56x56 394 -> 274 us, 96 channels 112x112 stride 2 1909 -> 514 us."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
@@ -174,6 +176,10 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
     zero = out.dtype.type(0)
     planes = np.zeros(sh * sw * phase, dtype=out.dtype)
     acc = np.empty(span, dtype=out.dtype)
+    offs = np.empty(kh * kw, dtype=np.int64)  # each tap's phase plane and shift in it
+    for b in range(kh):
+        for e in range(kw):
+            offs[b * kw + e] = ((b * dh) % sh * sw + (e * dw) % sw) * phase + (b * dh // sh) * wq + e * dw // sw
     has_z = z.size > 0
     xf, of, zf = x.reshape(-1), out.reshape(-1), z.reshape(-1)  # flat indices: no per-row views
     for t in range(u0, u1):
@@ -191,6 +197,9 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                 for c in range(cg):
                     src = ((n * n_ch + g * cg + c) * in_d + zd) * in_h * in_w
                     for py in range(sh):
+                        if sw == 2:  # both column phases of a row in one pass (a de-interleave, vectorized)
+                            _split_pairs(xf, planes, src, py, sh, ph, pw, hq, wq, in_h, in_w, phase)
+                            continue
                         for px in range(sw):
                             base = (py * sw + px) * phase
                             c0 = max(0, -(-(pw - px) // sw))  # phase columns inside the input
@@ -203,13 +212,16 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                                 srow = src + row * in_w + px - pw
                                 for q in range(c0, c1):
                                     planes[_u(dst + q)] = xf[_u(srow + q * sw)]
-                    for b in range(kh):
-                        for e in range(kw):
-                            wv = w[m, c, a, b, e]
-                            off = ((b * dh) % sh * sw + (e * dw) % sw) * phase + \
-                                (b * dh // sh) * wq + e * dw // sw
-                            for q in range(span):
-                                acc[_u(q)] += wv * planes[_u(off + q)]
+                    wc = w[m, c, a]
+                    if kh == 3 and kw == 3:
+                        _taps9(acc, planes, span, wc, offs)
+                    else:
+                        for b in range(kh):
+                            for e in range(kw):
+                                wv = wc[b, e]
+                                off = offs[b * kw + e]
+                                for q in range(span):
+                                    acc[_u(q)] += wv * planes[_u(off + q)]
             o0 = ((n * m_out + m) * od + i) * oh * ow
             for h in range(oh):
                 orow = o0 + h * ow
@@ -221,6 +233,53 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                         of[_u(orow + j)] += zf[_u(orow + j)]
             if kind != IDENTITY:
                 activate(of, o0, o0 + oh * ow, kind, act)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _split_pairs(xf, planes, src, py, sh, ph, pw, hq, wq, in_h, in_w, phase):
+    """conv_direct's phase planes (py, 0) and (py, 1) of a stride-2 conv: input columns 2q - pw and
+    2q + 1 - pw of each phase row, for the q where both lie inside the input, read as pairs; the others one by
+    one."""
+    base0 = (py * 2) * phase
+    base1 = base0 + phase
+    c00, c10 = max(0, -(-pw // 2)), min(wq, -(-(in_w + pw) // 2))  # phase 0's columns inside the input
+    c01, c11 = max(0, -(-(pw - 1) // 2)), min(wq, -(-(in_w + pw - 1) // 2))
+    q0, q1 = max(c00, c01), min(c10, c11)
+    for r in range(hq):
+        row = r * sh + py - ph
+        if row < 0 or row >= in_h:
+            continue
+        d0, d1 = _u(base0 + r * wq), _u(base1 + r * wq)
+        srow = src + row * in_w - pw
+        for q in range(c00, q0):
+            planes[d0 + _u(q)] = xf[_u(srow + 2 * q)]
+        for q in range(c01, q0):
+            planes[d1 + _u(q)] = xf[_u(srow + 2 * q + 1)]
+        if q1 > q0:
+            s0 = _u(srow + 2 * q0)
+            for u in range(_u(0), _u(q1 - q0)):
+                planes[d0 + _u(q0) + u] = xf[s0 + u + u]
+                planes[d1 + _u(q0) + u] = xf[s0 + u + u + _u(1)]
+        for q in range(max(q1, c00), c10):
+            planes[d0 + _u(q)] = xf[_u(srow + 2 * q)]
+        for q in range(max(q1, c01), c11):
+            planes[d1 + _u(q)] = xf[_u(srow + 2 * q + 1)]
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _taps9(acc, planes, span, wc, offs):
+    """acc[q] += the 9 taps of a 3x3 kernel at q, in one pass: the sum stays in registers (one pass per tap
+    loaded and stored acc 9 times; a 3x3 depthwise conv is bound by those loads and stores)."""
+    w0, w1, w2 = wc[0, 0], wc[0, 1], wc[0, 2]
+    w3, w4, w5 = wc[1, 0], wc[1, 1], wc[1, 2]
+    w6, w7, w8 = wc[2, 0], wc[2, 1], wc[2, 2]
+    o0, o1, o2, o3, o4 = _u(offs[0]), _u(offs[1]), _u(offs[2]), _u(offs[3]), _u(offs[4])
+    o5, o6, o7, o8 = _u(offs[5]), _u(offs[6]), _u(offs[7]), _u(offs[8])
+    for q in range(span):
+        u = _u(q)
+        acc[u] += (w0 * planes[o0 + u] + w1 * planes[o1 + u] + w2 * planes[o2 + u]) + \
+            (w3 * planes[o3 + u] + w4 * planes[o4 + u] + w5 * planes[o5 + u]) + \
+            (w6 * planes[o6 + u] + w7 * planes[o7 + u] + w8 * planes[o8 + u])
 
 
 @njit(cache=True, nogil=True)

@@ -52,16 +52,20 @@ def activate(y, j0, j1, kind, act):
     """y[j0:j1] = activation(y[j0:j1]) in place, for the activation code `kind` and its constants `act`
     (alpha, beta, 0, 1): Clip takes (min, max), HardSigmoid and HardSwish (alpha, beta) of alpha * v + beta,
     Selu (alpha, gamma), LeakyRelu / Elu / ThresholdedRelu / Swish alpha. One branch per call; each loop
-    vectorizes."""
+    vectorizes.
+
+    Where an activation keeps v as it is (Relu of v >= 0, ...), it writes v + zero (zero = act[2], a run-time
+    value LLVM cannot fold away): writing v itself back is a store LLVM drops, and the loop's store becomes a
+    masked one (vmaskmovps), which on AMD Zen 3 ran Relu over 12,544 floats in 8.7 us instead of 2.2."""
     a, b, zero, one = act[0], act[1], act[2], act[3]
     if kind == RELU:
         for j in range(j0, j1):
             v = y[_u(j)]
-            y[_u(j)] = zero if v < zero else v  # NaN stays NaN, as in onnxruntime
+            y[_u(j)] = zero if v < zero else v + zero  # NaN stays NaN, as in onnxruntime
     elif kind == LEAKY_RELU:
         for j in range(j0, j1):
             v = y[_u(j)]
-            y[_u(j)] = v if v >= zero else v * a
+            y[_u(j)] = v + zero if v >= zero else v * a
     elif kind == SIGMOID:
         for j in range(j0, j1):
             y[_u(j)] = vmath.sigmoid(y[_u(j)])
@@ -70,7 +74,7 @@ def activate(y, j0, j1, kind, act):
             y[_u(j)] = vmath.tanh(y[_u(j)])
     elif kind == CLIP:
         for j in range(j0, j1):
-            y[_u(j)] = min(max(y[_u(j)], a), b)
+            y[_u(j)] = min(max(y[_u(j)], a), b) + zero
     elif kind == HARD_SIGMOID:
         for j in range(j0, j1):
             t = a * y[_u(j)] + b
@@ -79,7 +83,7 @@ def activate(y, j0, j1, kind, act):
     elif kind == ELU:
         for j in range(j0, j1):
             v = y[_u(j)]
-            y[_u(j)] = v if v >= zero else a * vmath.expm1(v)
+            y[_u(j)] = v + zero if v >= zero else a * vmath.expm1(v)
     elif kind == SELU:
         for j in range(j0, j1):
             v = y[_u(j)]
@@ -94,7 +98,7 @@ def activate(y, j0, j1, kind, act):
     elif kind == THRESHOLDED_RELU:
         for j in range(j0, j1):
             v = y[_u(j)]
-            y[_u(j)] = v if v > a else zero
+            y[_u(j)] = v + zero if v > a else zero
     elif kind == SWISH:
         for j in range(j0, j1):
             v = y[_u(j)]

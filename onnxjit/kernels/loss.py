@@ -20,13 +20,14 @@ def log_softmax_classes(x, out, n0, n1):
     classes, inner = x.shape[1], x.shape[2]
     peak = np.empty(inner, x.dtype)
     total = np.empty(inner, x.dtype)
+    zero = x.dtype.type(0)  # peak + zero: a plain store, not a masked one (see linalg.activate)
     for n in range(n0, n1):
         peak[:] = x[n, 0]
         for c in range(1, classes):
             row = x[n, c]
             for d in range(inner):
                 v = row[d]
-                peak[d] = v if v > peak[d] or v != v else peak[d]
+                peak[d] = v if v > peak[d] or v != v else peak[d] + zero
         total[:] = 0
         for c in range(classes):
             row = x[n, c]

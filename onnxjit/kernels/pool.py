@@ -52,6 +52,7 @@ def max_pool(x, dil, sw, td, th, tc, init, out, c0, c1):
     dd, dh = dil[0], dil[1]
     kw = tc.shape[1]
     vrow = np.empty(in_w, dtype=x.dtype)
+    zero = x.dtype.type(0)  # m + zero: a plain store, not a masked one (see linalg.activate)
     for c in range(c0, c1):
         xc = x[c]
         oc = out[c]
@@ -76,19 +77,19 @@ def max_pool(x, dil, sw, td, th, tc, init, out, c0, c1):
                             for t in range(in_w):
                                 v = src[_u(t)]
                                 m = vrow[_u(t)]
-                                vrow[_u(t)] = v if v > m else m
+                                vrow[_u(t)] = v if v > m else m + zero
                 for e in range(kw):
                     off, j0, j1 = tc[0, e], tc[1, e], tc[2, e]
                     if sw == 1:
                         for j in range(j0, j1):
                             v = vrow[_u(j + off)]
                             m = orow[_u(j)]
-                            orow[_u(j)] = v if v > m else m
+                            orow[_u(j)] = v if v > m else m + zero
                     else:
                         for j in range(j0, j1):
                             v = vrow[_u(j * sw + off)]
                             m = orow[_u(j)]
-                            orow[_u(j)] = v if v > m else m
+                            orow[_u(j)] = v if v > m else m + zero
 
 
 @njit(cache=True, nogil=True)

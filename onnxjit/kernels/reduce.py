@@ -58,6 +58,7 @@ def accumulate(x, pre, prod, out):
                     acc = acc + _pre(xr[_u(j)], pre)
             out[o, 0] = acc
         return
+    zero = x.dtype.type(0)  # a + zero: a plain store, not a masked one (see linalg.activate)
     for o in range(outer):
         acc = out[o]
         xr = x[o, 0]
@@ -108,6 +109,7 @@ def minmax(x, is_max, out):
                     m = v if v < m else m
             out[o, 0] = m
         return
+    zero = x.dtype.type(0)  # a + zero: a plain store, not a masked one (see linalg.activate)
     for o in range(outer):
         acc = out[o]
         xr = x[o, 0]
@@ -119,12 +121,12 @@ def minmax(x, is_max, out):
                 for i in range(inner):
                     v = xr[_u(i)]
                     a = acc[_u(i)]
-                    acc[_u(i)] = v if v > a else a
+                    acc[_u(i)] = v if v > a else a + zero
             else:
                 for i in range(inner):
                     v = xr[_u(i)]
                     a = acc[_u(i)]
-                    acc[_u(i)] = v if v < a else a
+                    acc[_u(i)] = v if v < a else a + zero
 
 
 @njit(cache=True, inline="always")
