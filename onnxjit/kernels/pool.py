@@ -157,6 +157,7 @@ def global_max(x, out, r0, r1):
     n = x.shape[1]
     nb = n // 16 * 16
     acc = np.empty(16, dtype=x.dtype)
+    zero = x.dtype.type(0)  # a + zero: a plain store, not a masked one (see linalg.activate)
     for r in range(r0, r1):
         xr = x[r]
         m = xr[0]
@@ -168,7 +169,7 @@ def global_max(x, out, r0, r1):
                 for t in range(16):
                     v = xr[_u(jb + t)]
                     a = acc[_u(t)]
-                    acc[_u(t)] = v if v > a else a
+                    acc[_u(t)] = v if v > a else a + zero
             for t in range(16):
                 a = acc[_u(t)]
                 m = a if a > m else m
