@@ -69,12 +69,17 @@ def gemm(a, b, c, alpha, beta, trans_a=False, trans_b=False):
     scalars = np.empty(2, dtype=c.dtype)
     scalars[0] = alpha
     scalars[1] = beta
-    if k == 0:  # BLAS would leave c as it is
+    if k == 0:  # BLAS would leave c as it is; beta 0 means c is not read (it may be uninitialized)
         for i in range(m):
             for j in range(n):
-                c[i, j] = scalars[1] * c[i, j]
+                c[i, j] = 0 if beta == 0 else scalars[1] * c[i, j]
         return 0
     op_a = np.int8(ord("T" if trans_a else "N"))
     op_b = np.int8(ord("T" if trans_b else "N"))
-    return _xgemm(c, op_b, op_a, n, m, k, _data(scalars[0:]), _data(b), _row_stride(b), _data(a), _row_stride(a),
-                  _data(scalars[1:]), _data(c), _row_stride(c))
+    status = _xgemm(c, op_b, op_a, n, m, k, _data(scalars[0:]), _data(b), _row_stride(b), _data(a),
+                    _row_stride(a), _data(scalars[1:]), _data(c), _row_stride(c))
+    # a use of scalars after the call: Numba frees an array after its last use, and the pointers taken above
+    # are not uses, so BLAS read freed alpha and beta (garbage in a process's first call, which loads scipy's
+    # BLAS and reuses that memory: tests/test_ops_ml_linear.py)
+    scalars[0] = 0
+    return status
