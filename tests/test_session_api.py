@@ -38,10 +38,15 @@ def einsum_model() -> onnx.ModelProto:
                       [tensor("a", TP.FLOAT, [2, 3]), tensor("b", TP.FLOAT, [3, 4])], [tensor("c", TP.FLOAT, [2, 4])])
 
 
-def binarizer_model() -> onnx.ModelProto:
-    """An ai.onnx.ml op the CPU provider lacks."""
-    return make_model([helper.make_node("Binarizer", ["x"], ["y"], domain="ai.onnx.ml", threshold=0.5)],
-                      [tensor("x", TP.FLOAT, [2, 3])], [tensor("y", TP.FLOAT, [2, 3])], extra_opsets={"ai.onnx.ml": 3})
+def one_class_tree_model() -> onnx.ModelProto:
+    """An ai.onnx.ml node the CPU provider leaves to the next one: a tree classifier with a single class label."""
+    node = helper.make_node("TreeEnsembleClassifier", ["x"], ["label", "scores"], domain="ai.onnx.ml",
+                            classlabels_int64s=[7], nodes_treeids=[0], nodes_nodeids=[0], nodes_featureids=[0],
+                            nodes_modes=["LEAF"], nodes_values=[0.0], nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                            class_treeids=[0], class_nodeids=[0], class_ids=[0], class_weights=[0.5])
+    return make_model([node], [tensor("x", TP.FLOAT, [2, 3])],
+                      [tensor("label", TP.INT64, [2]), tensor("scores", TP.FLOAT, [2, 1])],
+                      extra_opsets={"ai.onnx.ml": 3})
 
 
 def two_input_model() -> onnx.ModelProto:
@@ -269,9 +274,6 @@ def test_fallback_runs_what_cpu_lacks(rng):
     model = einsum_model()
     feeds = {"a": rng.standard_normal((2, 3), dtype=np.float32), "b": rng.standard_normal((3, 4), dtype=np.float32)}
     assert_all_same(jit_run(model, feeds), ort_run(model, feeds))
-    model = binarizer_model()
-    feeds = {"x": rng.random((2, 3), dtype=np.float32)}
-    assert_all_same(jit_run(model, feeds), ort_run(model, feeds))
 
 
 def _no_fallback() -> onnxjit.SessionOptions:
@@ -289,7 +291,7 @@ def test_disabled_fallback_is_not_appended(rng):
 
 
 @pytest.mark.parametrize("model_fn, op, domain, opset", [(einsum_model, "Einsum", "ai.onnx", 17),
-                                                         (binarizer_model, "Binarizer", "ai.onnx.ml", 3)])
+                                                         (one_class_tree_model, "TreeEnsembleClassifier", "ai.onnx.ml", 3)])
 def test_disabled_fallback_unsupported_node_raises_not_implemented(model_fn, op, domain, opset):
     with pytest.raises(onnxjit.NotImplemented) as info:
         onnxjit.InferenceSession(model_fn(), _no_fallback())
