@@ -5,7 +5,10 @@ kernel did not beat (19.4 vs 5.5 ms on resnet's 3x3 256->256 at 14x14), so dense
 depthwise convolution has no GEMM: in NCHW its loops run over one channel's plane, short for a 7x7 or 14x14
 plane, while channels-last loops over the channels, whole vectors however small the plane. Measured (one
 thread, 3x3, stride 1, NHWC kernel plus both layout conversions against the NCHW kernel): 7x7x544 70 vs 221 us,
-14x14x272 146 vs 198 us, but 28x28x136 344 vs 222 us and 112x112x32 2956 vs 1016 us. Hence the rule: a
+14x14x272 146 vs 198 us, but 28x28x136 344 vs 222 us and 112x112x32 2956 vs 1016 us. Since the NCHW kernel adds
+a 3x3 kernel's taps in one pass (kernels/conv.py conv_direct), on the AMD Zen 3 VM (one session per case, one
+thread, with Relu): 14x14x576 306 us (NHWC 143 + conversions 163) vs 184 us NCHW, 7x7x960 123 us (65 + 58) vs
+185 us: only 7x7 planes still gain. Hence the rule: a
 depthwise Conv / FusedConv (2-D, group = channels = outputs, no residual input) whose output plane has at most
 NHWC_MAX_PIXELS pixels and at least NHWC_MIN_CHANNELS channels becomes com.onnxjit NhwcConv between two
 Transposes. A Conv whose input is such a Transpose back to NCHW reads the channels-last value directly, so a
@@ -24,7 +27,7 @@ from onnxjit.ops.registry import attr
 from onnxjit.optimizer import CPU_PROVIDER, LAYOUT, PassContext, graph_pass
 from onnxjit.optimizer.pattern import fresh_name, make_attr, remove_dead_producers, replace_value, static_shape
 
-NHWC_MAX_PIXELS = 14 * 14
+NHWC_MAX_PIXELS = 7 * 7
 NHWC_MIN_CHANNELS = 64
 FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
