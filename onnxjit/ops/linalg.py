@@ -27,9 +27,12 @@ FEW_ROWS = 4  # up to this many rows, Gemm computes one dot product per output (
 
 
 GEMM_MIN_COLS = 64  # fewest columns of a block, where the output has them (BLAS efficiency)
-# blocks per thread: 2 balance a thread that stalls; more cost BLAS efficiency (256x1024x1024 on 2 threads: 2.2 ms
-# in 4 blocks, 2.6 in 8, 1.7 in one 2-thread BLAS call; 128x1536x384: 0.84 / 0.92 / 1.16 ms in 2 / 4 / 12 blocks)
-GEMM_BLOCKS_PER_THREAD = 2
+# blocks per thread: fewer, larger BLAS calls run faster; more only balance a thread that stalls. Sapphire Rapids,
+# 2 threads: 256x1024x1024 2.2 ms in 4 blocks, 2.6 in 8, 1.7 in one 2-thread BLAS call; 128x1536x384 0.84 / 0.92
+# / 1.16 ms in 2 / 4 / 12 blocks. AMD Zen 3, ratio to onnxruntime in the same process, 1 vs 2 blocks per thread:
+# the microbench's 3x Gemm+Relu 256x1024 1.01-1.26 vs 1.18-1.39; 128x1536x384 1.27-1.42 vs 1.20-1.43;
+# 512x768x768 1.21-1.22 vs 1.27-1.33; 128x384x1536 1.38-1.41 vs 1.43-1.64.
+GEMM_BLOCKS_PER_THREAD = 1
 GEMM_MIN_ROWS = 32
 
 
