@@ -199,6 +199,33 @@ def test_transpose_ranks(opset, shape, perm):
     assert got[0].flags.c_contiguous
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("shape,perm", [((1, 96, 80, 80), [0, 2, 3, 1]), ((1, 80, 80, 96), [0, 3, 1, 2]),
+                                        ((8, 70, 12, 80), [0, 2, 1, 3]), ((6, 12, 97, 80), [0, 1, 3, 2]),
+                                        ((9, 50, 40, 33), [2, 0, 1, 3]), ((9, 50, 40, 33), [3, 2, 1, 0])])
+def test_transpose_large(shape, perm, threads):
+    """Above TRANSPOSE_GRAIN Transpose runs its own kernels: tiles for a batched 2-D transpose (two threads),
+    row copies where the last axis stays last; the rest numpy's copy."""
+    from onnxjit.ops.movement import TRANSPOSE_GRAIN
+    assert np.prod(shape) >= TRANSPOSE_GRAIN
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    model = make_model("Transpose", [("x", x, False)], 13, perm=perm)
+    got = onnxjit.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})[0]
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert got.flags.c_contiguous and np.array_equal(got, want)
+
+
+def test_transpose_merges_axes():
+    from onnxjit.ops.movement import merged_transpose
+    assert merged_transpose((1, 576, 14, 14), (0, 2, 3, 1)) == ([576, 196], [1, 0])
+    assert merged_transpose((8, 128, 12, 64), (0, 2, 1, 3)) == ([8, 128, 12, 64], [0, 2, 1, 3])
+    assert merged_transpose((2, 3, 4), (0, 1, 2)) == ([24], [0])
+    assert merged_transpose((2, 1, 4), (2, 1, 0)) == ([2, 4], [1, 0])
+
+
 def test_transpose_float8():
     check("Transpose", [("x", data((2, 3), F8), False)], 21)
 
