@@ -290,8 +290,9 @@ def test_disabled_fallback_is_not_appended(rng):
     assert_all_same(sess.run(None, feeds), ort_run(model, feeds))
 
 
-@pytest.mark.parametrize("model_fn, op, domain, opset", [(einsum_model, "Einsum", "ai.onnx", 17),
-                                                         (one_class_tree_model, "TreeEnsembleClassifier", "ai.onnx.ml", 3)])
+@pytest.mark.parametrize("model_fn, op, domain, opset",
+                         [(einsum_model, "Einsum", "ai.onnx", 17),
+                          (one_class_tree_model, "TreeEnsembleClassifier", "ai.onnx.ml", 3)])
 def test_disabled_fallback_unsupported_node_raises_not_implemented(model_fn, op, domain, opset):
     with pytest.raises(onnxjit.NotImplemented) as info:
         onnxjit.InferenceSession(model_fn(), _no_fallback())

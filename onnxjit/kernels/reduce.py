@@ -58,7 +58,6 @@ def accumulate(x, pre, prod, out):
                     acc = acc + _pre(xr[_u(j)], pre)
             out[o, 0] = acc
         return
-    zero = x.dtype.type(0)  # a + zero: a plain store, not a masked one (see linalg.activate)
     for o in range(outer):
         acc = out[o]
         xr = x[o, 0]

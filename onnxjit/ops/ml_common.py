@@ -39,8 +39,8 @@ class Attrs:
                                  dtype=object).reshape(v.shape)
             elif isinstance(v, bytes):
                 v = v.decode()
-            elif isinstance(v, (list, tuple)):
-                v = [s.decode() if isinstance(s, bytes) else s for s in v]
+            elif isinstance(v, (list, tuple)) and v and isinstance(v[0], bytes):  # one type per list attribute
+                v = [s.decode() for s in v]
             self.values[name] = v
 
     def has(self, name) -> bool:

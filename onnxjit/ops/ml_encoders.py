@@ -212,13 +212,12 @@ def _string_int_output(node):
         declare_outputs(node, T.INT64 if dtype == _STR else T.STRING)
 
 
-def _build_label_encoder_1(node, a: Attrs):
+def _string_int_map(node, a: Attrs, strings, ints):
+    """LabelEncoder-1's and CategoryMapper's run: strings[i] <-> ints[i] (the last of duplicates wins), the
+    direction given by the input's type, unknown keys to default_int64 / default_string."""
     _string_int_output(node)
-    classes = a.strings("classes_strings")
-    default_string = a.get("default_string", "_Unused")
-    default_int = int(a.get("default_int64", -1))
-    to_int = _Missing({s: i for i, s in enumerate(classes)}, default_int)  # the last of duplicates wins
-    to_str = _Missing({i: s for i, s in enumerate(classes)}, default_string)
+    to_int = _Missing(zip(strings, ints), int(a.get("default_int64", -1)))
+    to_str = _Missing(zip(ints, strings), a.get("default_string", "_Unused"))
 
     def run(x):
         x = checked_tensor(node, x, _STR_OR_I64, what="a string or int64 tensor")
@@ -226,6 +225,11 @@ def _build_label_encoder_1(node, a: Attrs):
             return (_map_strings(node, x, to_int, _I64),)
         return (_map_strings(node, x, to_str, _STR),)
     return run
+
+
+def _build_label_encoder_1(node, a: Attrs):
+    classes = a.strings("classes_strings")
+    return _string_int_map(node, a, classes, range(len(classes)))
 
 
 def _build_label_encoder(node):
@@ -286,18 +290,7 @@ def build_category_mapper(node):
     strings, ints = a.strings("cats_strings"), a.ints("cats_int64s")
     if len(strings) != ints.size:
         a.fail(f"cats_strings ({len(strings)}) and cats_int64s ({ints.size}) must have the same length")
-    default_string = a.get("default_string", "_Unused")
-    default_int = int(a.get("default_int64", -1))
-    _string_int_output(node)
-    to_int = _Missing(zip(strings, ints.tolist()), default_int)  # the last of duplicates wins
-    to_str = _Missing(zip(ints.tolist(), strings), default_string)
-
-    def run(x):
-        x = checked_tensor(node, x, _STR_OR_I64, what="a string or int64 tensor")
-        if x.dtype == _STR:
-            return (_map_strings(node, x, to_int, _I64),)
-        return (_map_strings(node, x, to_str, _STR),)
-    return run
+    return _string_int_map(node, a, strings, ints.tolist())
 
 
 # --- DictVectorizer --------------------------------------------------------------------------------------------

@@ -63,10 +63,9 @@ import math
 
 import numpy as np
 from onnx import TensorProto as T
-from onnx import numpy_helper
 
-from onnxjit.errors import Fail
 from onnxjit.kernels import tree_ensemble as k
+from onnxjit.ops.ml_common import Attrs
 from onnxjit.ops.nn import PARALLEL_GRAIN, run_units
 from onnxjit.ops.registry import input_tensor_types, register_op
 
@@ -88,34 +87,6 @@ BLOCK = 256  # rows a block walks each tree with (RF one thread: 64 rows 1.4x th
 
 
 # --- attributes ------------------------------------------------------------------------------------------------
-class _Attrs:
-    """A node's attributes as Python values (tensors as numpy arrays, strings decoded)."""
-
-    def __init__(self, node):
-        self.node = node
-        self.values = {}
-        for name, a in node.attributes.items():
-            if a.ref_attr_name:
-                continue
-            v = a.value
-            if hasattr(v, "dims") and hasattr(v, "data_type"):  # a TensorProto
-                v = numpy_helper.to_array(v)
-            self.values[name] = v
-
-    def get(self, name, default=None):
-        v = self.values.get(name, default)
-        return v.decode() if isinstance(v, bytes) else v
-
-    def ints(self, name):
-        return np.asarray(self.values.get(name, []), np.int64).reshape(-1)
-
-    def floats(self, name, dtype=np.float32):
-        return np.asarray(self.values.get(name, []), dtype).reshape(-1)
-
-    def fail(self, message):
-        raise Fail(f"{self.node.label}: {message}")
-
-
 class _Form:
     """An ensemble in TreeEnsembleRegressor-3's shape: node lists, leaf weights (targets), settings."""
     treeids: np.ndarray
@@ -138,7 +109,7 @@ class _Form:
     double: bool  # thresholds/weights given as double tensors
 
 
-def _pick(a: _Attrs, plain: str, tensor: str):
+def _pick(a: Attrs, plain: str, tensor: str):
     """`plain` (float list) or `tensor` (double tensor) as (array, is_double); both set is an error."""
     p, t = a.get(plain), a.get(tensor)
     if p is not None and len(p) and t is not None and np.asarray(t).size:
@@ -148,7 +119,7 @@ def _pick(a: _Attrs, plain: str, tensor: str):
     return a.floats(plain), False
 
 
-def _form_v3(a: _Attrs, classifier: bool) -> _Form:
+def _form_v3(a: Attrs, classifier: bool) -> _Form:
     f = _Form()
     f.treeids, f.nodeids = a.ints("nodes_treeids"), a.ints("nodes_nodeids")
     f.featureids, f.trueids, f.falseids = a.ints("nodes_featureids"), a.ints("nodes_truenodeids"), \
@@ -196,7 +167,7 @@ def _form_v3(a: _Attrs, classifier: bool) -> _Form:
     return f
 
 
-def _form_v5(a: _Attrs) -> _Form:
+def _form_v5(a: Attrs) -> _Form:
     """TreeEnsemble-5 in the v3 shape: its leaves become LEAF nodes after the branch nodes (node ids: branch i is
     i, leaf j is n_branches + j, one tree id per tree root), a single-leaf tree's root index names its leaf."""
     f = _Form()
@@ -330,7 +301,7 @@ def _form_v5(a: _Attrs) -> _Form:
 class Ensemble:
     """The kernel's arrays for one ensemble and compare dtype (see onnxjit.kernels.tree_ensemble)."""
 
-    def __init__(self, a: _Attrs, f: _Form, dtype, kind: int, labels: np.ndarray, one_output: bool):
+    def __init__(self, a: Attrs, f: _Form, dtype, kind: int, labels: np.ndarray, one_output: bool):
         n = f.treeids.size
         if n == 0:
             a.fail("the ensemble has no nodes")
@@ -575,7 +546,7 @@ def build_classifier(node):
     in_dtype = _input_dtype(node)
     if in_dtype is None or len(node.inputs) != 1:
         return None
-    a = _Attrs(node)
+    a = Attrs(node)
     f = _form_v3(a, classifier=True)
     ints, strings = a.get("classlabels_int64s"), a.get("classlabels_strings")
     if ints is not None and len(ints) and strings is not None and len(strings):
@@ -604,7 +575,7 @@ def build_regressor(node, form=None, out_input_dtype=False):
     in_dtype = _input_dtype(node)
     if in_dtype is None or len(node.inputs) != 1:
         return None
-    a = _Attrs(node)
+    a = Attrs(node)
     f = form(a) if form is not None else _form_v3(a, classifier=False)
     if f.n_targets <= 0:
         a.fail(f"n_targets must be positive, got {f.n_targets}")
