@@ -23,6 +23,7 @@ import time
 import warnings
 
 import numpy as np
+from ml_timing import compare_blocks, cpu_name
 
 ROWS, FEATURES = 10_000, 20
 MODELS = ("lr", "lr_nozipmap", "svc", "svc_nozipmap", "linearsvc", "columns", "dictvec")
@@ -104,16 +105,6 @@ def export(name: str):
     raise ValueError(f"unknown model {name!r} (known: {', '.join(MODELS)})")
 
 
-def _block(sess, feeds, seconds=1.0, max_runs=5000):
-    """Seconds per run over a block of runs (after one warm-up run)."""
-    sess.run(None, feeds)
-    runs, t0 = 0, time.perf_counter()
-    while runs < max_runs and (runs < 3 or time.perf_counter() - t0 < seconds):
-        sess.run(None, feeds)
-        runs += 1
-    return (time.perf_counter() - t0) / runs
-
-
 def _as_array(v):
     if isinstance(v, list) and v and isinstance(v[0], dict):  # ZipMap's list of dicts
         return np.array([[row[k] for k in sorted(row)] for row in v], np.float64)
@@ -142,7 +133,7 @@ def compare(names, rounds, threads):
     import onnxruntime
 
     import onnxjit
-    print(f"threads {threads}, {os.cpu_count()} cores: {_cpu()}")
+    print(f"threads {threads}, {os.cpu_count()} cores: {cpu_name()}")
     ratios = {}
     for name in names:
         model, feeds_of, batches = export(name)
@@ -163,29 +154,11 @@ def compare(names, rounds, threads):
               f"{_check(ort.run(None, feeds), jit.run(None, feeds))}")
         for batch in batches:
             feeds = feeds_of(batch)
-            t_ort, t_jit = [], []
-            for _ in range(rounds):
-                t_ort.append(_block(ort, feeds))
-                time.sleep(0.5)
-                t_jit.append(_block(jit, feeds))
-                time.sleep(0.5)
-            unit, f = ("ms", 1e3) if batch > 1 else ("us", 1e6)
-            ratios[(name, batch)] = min(t_jit) / min(t_ort)
-            print(f"  batch {batch:>5}: onnxruntime {f * min(t_ort):8.3f} {unit} (median {f * np.median(t_ort):.3f})"
-                  f"  onnxjit {f * min(t_jit):8.3f} {unit} (median {f * np.median(t_jit):.3f})"
-                  f"  ratio {min(t_jit) / min(t_ort):.2f} (medians {np.median(t_jit) / np.median(t_ort):.2f})")
+            ratios[(name, batch)] = compare_blocks(ort, jit, feeds, batch, rounds)
     for batch in (ROWS, 1):
         r = [v for (n, b), v in ratios.items() if b == batch]
         if r:
             print(f"batch {batch}: geometric mean ratio {float(np.exp(np.mean(np.log(r)))):.2f} over {len(r)} models")
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
 
 
 def main():

@@ -28,6 +28,7 @@ import time
 import warnings
 
 import numpy as np
+from ml_timing import compare_blocks, cpu_name
 
 ROWS, FEATURES, TREES = 10_000, 20, 200
 MAX_IF_ELSE_NODES = 3_000  # design (b) compiles for minutes beyond this
@@ -120,23 +121,13 @@ def synthetic(n_trees: int, n_leaves: int, seed: int = 0):
 
 
 # --- onnxjit against onnxruntime ---------------------------------------------------------------------------------
-def _block(sess, feeds, seconds=1.0, max_runs=2000):
-    """Seconds per run over a block of runs (after one warm-up run)."""
-    sess.run(None, feeds)
-    runs, t0 = 0, time.perf_counter()
-    while runs < max_runs and (runs < 3 or time.perf_counter() - t0 < seconds):
-        sess.run(None, feeds)
-        runs += 1
-    return (time.perf_counter() - t0) / runs
-
-
 def compare(names, rounds, threads):
     import onnxruntime
 
     import onnxjit
     x, _ = _data(1)  # rows the models were not trained on
     x[::97, 3] = np.nan  # and missing values
-    print(f"threads {threads}, {os.cpu_count()} cores: {_cpu()}")
+    print(f"threads {threads}, {os.cpu_count()} cores: {cpu_name()}")
     for name in names:
         model, iname = export(name)
         data = model.SerializeToString()
@@ -162,32 +153,16 @@ def compare(names, rounds, threads):
         print(f"{name}: session {created:.2f}s, tree node on {sorted(where)}; " + "; ".join(diffs))
         for batch in (ROWS, 1):
             feeds = {iname: x[:batch]}
-            t_ort, t_jit = [], []
-            for _ in range(rounds):
-                t_ort.append(_block(ort, feeds))
-                time.sleep(0.5)
-                t_jit.append(_block(jit, feeds))
-                time.sleep(0.5)
-            unit, f = ("ms", 1e3) if batch > 1 else ("us", 1e6)
-            print(f"  batch {batch:>5}: onnxruntime {f * min(t_ort):8.3f} {unit} (median {f * np.median(t_ort):.3f})"
-                  f"  onnxjit {f * min(t_jit):8.3f} {unit} (median {f * np.median(t_jit):.3f})"
-                  f"  ratio {min(t_jit) / min(t_ort):.2f} (medians {np.median(t_jit) / np.median(t_ort):.2f})")
-
-
-def _cpu():
-    try:
-        with open("/proc/cpuinfo") as f:
-            return next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return "unknown CPU"
+            compare_blocks(ort, jit, feeds, batch, rounds)
 
 
 # --- designs -----------------------------------------------------------------------------------------------------
 def _ensemble(model):
     from onnxjit.ir.serde import from_onnx
     from onnxjit.ops import tree_ensemble as te
+    from onnxjit.ops.ml_common import Attrs
     node = next(n for n in from_onnx(model, None).graph.nodes if n.domain == "ai.onnx.ml")
-    a = te._Attrs(node)
+    a = Attrs(node)
     classifier = node.op_type == "TreeEnsembleClassifier"
     f = te._form_v3(a, classifier)
     if classifier:
@@ -247,7 +222,7 @@ def _if_else_source(ens):
 def designs(names):
     from onnxjit.kernels import tree_ensemble as k
     x, _ = _data(1)
-    print(f"one thread, {ROWS} rows x {FEATURES} features: {_cpu()}")
+    print(f"one thread, {ROWS} rows x {FEATURES} features: {cpu_name()}")
     for name in names:
         model, _ = export(name)
         ens = _ensemble(model)
