@@ -65,7 +65,7 @@ import numpy as np
 from onnx import TensorProto as T
 
 from onnxjit.kernels import tree_ensemble as k
-from onnxjit.ops.ml_common import Attrs
+from onnxjit.ops.ml_common import Attrs, declare_outputs
 from onnxjit.ops.nn import PARALLEL_GRAIN, run_units
 from onnxjit.ops.registry import input_tensor_types, register_op
 
@@ -568,6 +568,9 @@ def build_classifier(node):
     binary_case = f.n_targets == 2 and ens.weight_classes == 1
     run = _runner(node, ens, f.post, k.SUM, f.base, binary_case, string_labels)
     _warm(run, ens.n_features, in_dtype)
+    # the exporters' outputs can come without types (onnxmltools' LightGBM probabilities), and an untyped value
+    # sends its consumers (LightGBM's trailing Mul) to the fallback provider
+    declare_outputs(node, T.STRING if string_labels is not None else T.INT64, T.FLOAT)
     return run
 
 
@@ -587,6 +590,7 @@ def build_regressor(node, form=None, out_input_dtype=False):
     out_dtype = in_dtype if out_input_dtype else np.float32  # TreeEnsemble-5's Y has X's dtype
     run = _runner(node, ens, f.post, f.agg, f.base, False, None, out_dtype)
     _warm(run, ens.n_features, in_dtype)
+    declare_outputs(node, T.DOUBLE if out_dtype == np.float64 else T.FLOAT)
     return run
 
 

@@ -10,15 +10,33 @@ from typing import Sequence
 
 from onnxjit.errors import NotImplemented as OrtNotImplemented
 from onnxjit.ir.graph import Graph, Node
+from onnxjit.ir.types import TensorType
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step
 from onnxjit.session.executor import CompiledGraph
 
 HOST = "cpu"
 
 
+# ops whose output has their inputs' element type: where ONNX's type inference left the output untyped (after an
+# ai.onnx.ml node, whose outputs it often does not type and whose builder then declares them: LightGBM exports end
+# in Identity and Mul over such a value), it is that type, so the CPU provider can take the node
+SAME_TYPE_OPS = frozenset({"Identity", "Add", "Sub", "Mul", "Div", "Neg", "Abs", "Relu", "Sigmoid", "Tanh", "Exp",
+                           "Log", "Sqrt", "Reciprocal", "Min", "Max", "Sum", "Mean", "LeakyRelu", "HardSigmoid",
+                           "HardSwish", "Softplus", "Erf", "Floor", "Ceil", "Round"})
+
+
+def _type_untyped_output(node: Node) -> None:
+    if node.domain or node.op_type not in SAME_TYPE_OPS or len(node.outputs) != 1 or node.outputs[0].type is not None:
+        return
+    types = {v.type.elem_type if isinstance(v.type, TensorType) else None for v in node.inputs if v is not None}
+    if len(types) == 1 and None not in types:
+        node.outputs[0].type = TensorType(types.pop())
+
+
 def assign(graph: Graph, providers: Sequence[ExecutionProvider]) -> list[tuple[ExecutionProvider, list[Node]]]:
     partitions: list[tuple[ExecutionProvider, list[Node]]] = []
     for node in graph.nodes:
+        _type_untyped_output(node)
         provider = next((p for p in providers if p.can_run(node)), None)
         if provider is None:
             tried = ", ".join(p.name for p in providers)
