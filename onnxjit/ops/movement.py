@@ -17,14 +17,13 @@ from __future__ import annotations
 import math
 
 import numba
-
 import numpy as np
 from onnx import TensorProto, numpy_helper
 
 from onnxjit.ir.types import TensorType, np_dtype
 from onnxjit.kernels import movement as kmove
-from onnxjit.worker_pool import PARALLEL_GRAIN, run_units
 from onnxjit.ops.registry import attr, register_op
+from onnxjit.worker_pool import PARALLEL_GRAIN, run_units
 
 T = TensorProto
 INT32_MAX = (1 << 31) - 1
@@ -87,6 +86,7 @@ def build_transpose(node):
 # elements from which Transpose runs its own kernels: a (4, 197, 3, 64) head transpose (151,296 elements) took
 # 33 us in numpy's copy, 40 us in the row kernel on one thread and 68 on two
 TRANSPOSE_GRAIN = 4 * PARALLEL_GRAIN
+_SAME_SIZE_UINT = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
 def merged_transpose(shape, perm):
@@ -115,15 +115,17 @@ def transpose(x: np.ndarray, perm) -> np.ndarray:
     rows on one thread, 122 on two; the tiles ran 0.8-1.35x numpy's time on one thread (scalar either way), so
     they run only on two threads or more (about 1.6x faster there)."""
     t = x.transpose(perm)
-    if t.flags.c_contiguous or x.size < TRANSPOSE_GRAIN or x.dtype.kind not in "fiub":
+    bits = _SAME_SIZE_UINT.get(x.dtype.itemsize) if x.dtype.kind != "O" else None
+    if t.flags.c_contiguous or x.size < TRANSPOSE_GRAIN or bits is None:
         return _contig(t)
     sizes, p = merged_transpose(x.shape, perm)
-    xc = np.ascontiguousarray(x)
     out = np.empty(t.shape, dtype=x.dtype)
+    # moved as unsigned integers of the element's size: any dtype (float16, bfloat16, float8, bool), 4 kernels
+    xb, ob = np.ascontiguousarray(x).view(bits), out.view(bits)
     if p in ([1, 0], [0, 2, 1]) and numba.get_num_threads() > 1:
-        x3 = xc.reshape([1] * (3 - len(sizes)) + sizes)
+        x3 = xb.reshape([1] * (3 - len(sizes)) + sizes)
         units = x3.shape[0] * -(-x3.shape[1] // kmove.TILE)
-        run_units(kmove.transpose_tiles, (x3, out.reshape(x3.shape[0], x3.shape[2], x3.shape[1])), units, x.size)
+        run_units(kmove.transpose_tiles, (x3, ob.reshape(x3.shape[0], x3.shape[2], x3.shape[1])), units, x.size)
         return out
     if p[-1] == len(sizes) - 1 and len(sizes) <= 5 and sizes[-1] >= 16:
         in_strides = [math.prod(sizes[a + 1:]) for a in range(len(sizes))]
@@ -131,7 +133,7 @@ def transpose(x: np.ndarray, perm) -> np.ndarray:
         strides = [in_strides[a] for a in p[:-1]]
         pad = 4 - len(outer)
         rows = math.prod(outer)
-        run_units(kmove.transpose_rows, (xc.reshape(-1), out.reshape(rows, sizes[-1]),
+        run_units(kmove.transpose_rows, (xb.reshape(-1), ob.reshape(rows, sizes[-1]),
                                          np.array([1] * pad + outer, np.int64), np.array([0] * pad + strides,
                                                                                          np.int64)),
                   rows, x.size)

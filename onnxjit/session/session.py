@@ -269,8 +269,7 @@ class InferenceSession:
 
 
 def _set_num_threads(n: int) -> None:
-    # only when it changes: numba.set_num_threads cost 2 us and slowed the run after it by 4 (Zen 3 VM, a
-    # three-node model at batch 1: 41 -> 35 us a run); reading the count costs 1 us
+    # only when it changes: numba.set_num_threads costs 1.5-2 us a run, reading the count 1 us (Zen 3 VM)
     n = min(n, numba.config.NUMBA_NUM_THREADS)
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
