@@ -21,6 +21,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import blas, vmath
+from onnxjit.kernels.tree_ensemble import probit  # onnxruntime's ComputeProbit, one copy for the ml kernels
 
 # post_transform codes (the ONNX names)
 NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO, PROBIT = range(5)
@@ -37,26 +38,10 @@ _0 = np.float32(0.0)
 _1 = np.float32(1.0)
 _2 = np.float32(2.0)
 _HALF = np.float32(0.5)
-_SQRT2 = np.float32(math.sqrt(2.0))
-_PI = np.float32(math.pi)
-_ERFINV_A = np.float32(0.147)
 _NEAR_ZERO = np.float32(1e-7)
 _PROB_MIN = np.float32(1e-7)
 _LOWEST = np.float32(-np.finfo(np.float32).max)
 _JIT = dict(cache=True, nogil=True, error_model="numpy")
-
-
-@njit(**_JIT)
-def probit(val):
-    """sqrt(2) * erfinv(2 val - 1), with onnxruntime's closed-form erfinv approximation, in float32."""
-    x = _2 * val - _1
-    sgn = -_1 if x < _0 else _1
-    x = (_1 - x) * (_1 + x)
-    lg = np.float32(math.log(x))
-    v = _2 / (_PI * _ERFINV_A) + _HALF * lg
-    v2 = _1 / _ERFINV_A * lg
-    v3 = -v + np.float32(math.sqrt(v * v - v2))
-    return _SQRT2 * (sgn * np.float32(math.sqrt(v3)))
 
 
 @njit(**_JIT)

@@ -39,21 +39,25 @@ MIXED = -1  # `same_mode` when nodes of several modes (or MEMBER) are present
 # the entries of predict's `params`
 P_SAME_MODE, P_MISSING, P_AGG, P_TRACK_HAS, P_BLOCK, P_KIND, P_POST, P_BINARY, P_POSITIVE, P_REFILL = range(10)
 N_PARAMS = 10
+_PI = np.float32(math.pi)
+_SQRT2 = np.float32(math.sqrt(2.0))
 GROUP = 32  # trees a single row walks at once (16: RF 7.1 us, 32: 6.7, 64: 7.2, 256: 8.7; GB/RF regressor alike)
 
 
 @njit(cache=True, nogil=True)
-def _probit(v):
-    """sqrt(2) * erfinv(2v - 1) with onnxruntime's approximation of erfinv (ComputeProbit), in float32 as there
-    (near 0.5 its log(1 - tiny) loses digits; onnxruntime's own log loses others, see ops/tree_ensemble.py)."""
+def probit(v):
+    """sqrt(2) * erfinv(2v - 1) with onnxruntime's approximation of erfinv (ml_common.h ComputeProbit), in float32
+    as there; one copy for the ai.onnx.ml kernels (ml_linear imports it). pi and sqrt(2) are float32's nearest
+    (3.14159 and 1.41421356 put linear-model scores near 0 1e-4 from onnxruntime's); the logarithm and square roots
+    are libm's, rounded to float32."""
     f = np.float32
     x = f(2) * f(v) - f(1)
     sgn = f(-1) if x < 0 else f(1)
     x = (f(1) - x) * (f(1) + x)
-    lg = np.log(x)
-    a = f(2) / (f(3.14159) * f(0.147)) + f(0.5) * lg
+    lg = f(math.log(x))
+    a = f(2) / (_PI * f(0.147)) + f(0.5) * lg
     b = f(1) / f(0.147) * lg
-    return f(1.41421356) * sgn * np.sqrt(-a + np.sqrt(a * a - b))
+    return _SQRT2 * (sgn * f(math.sqrt(-a + f(math.sqrt(a * a - b)))))
 
 
 @njit(cache=True, nogil=True)
@@ -87,7 +91,7 @@ def _transform(s, k, post, z, row):
             if post == LOGISTIC:
                 v = _logistic(v)
             elif post == PROBIT:
-                v = _probit(v)
+                v = probit(v)
             z[row, c] = v
 
 
@@ -104,7 +108,7 @@ def _finalize(kind, agg, post, n_trees, acc, has, r, base, nbase, binary_case, a
             v = v / n_trees
         if nbase == 1:
             v += base[0]
-        z[row, 0] = _probit(v) if post == PROBIT else v
+        z[row, 0] = probit(v) if post == PROBIT else v
         return
     if kind == REGRESSOR_N:
         for c in range(c_out):
@@ -172,7 +176,7 @@ def _finalize(kind, agg, post, n_trees, acc, has, r, base, nbase, binary_case, a
     # (the output's fresh memory; 0 here)
     v = s[0]
     if post == PROBIT:
-        z[row, 0] = _probit(v)
+        z[row, 0] = probit(v)
         z[row, 1] = 0.0
     elif extra >= 0 and post == LOGISTIC:
         z[row, 0] = _logistic(-v)
