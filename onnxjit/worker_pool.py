@@ -224,9 +224,13 @@ def _the_pool() -> WorkerPool:
 def run_units(kernel, args, n_units, work):
     """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `work` (element
     operations) is small or one thread is allowed (numba's thread count, which intra_op_num_threads sets), else
-    split over the calling thread and the pool's workers."""
+    split over the calling thread and the pool's workers. The size test comes first: reading the thread count
+    costs a microsecond, much of a batch-1 run's small kernels."""
+    if n_units <= 1 or work < PARALLEL_GRAIN:
+        kernel(*args, 0, n_units)
+        return
     threads = numba.get_num_threads()
-    if threads <= 1 or n_units <= 1 or work < PARALLEL_GRAIN:
+    if threads <= 1:
         kernel(*args, 0, n_units)
         return
     _the_pool().run(kernel, args, n_units, threads)

@@ -1,9 +1,8 @@
 """Numba kernels for the data-movement ops that need a loop (the rest is numpy indexing in onnxjit.ops.movement)."""
 from __future__ import annotations
 
-import numpy as np
-
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.linalg import _u
 
 
 @njit(cache=True)
@@ -18,11 +17,6 @@ def range_accumulate(out, start, delta):
 
 # --- Transpose ---------------------------------------------------------------------------------------------------
 TILE = 32  # a transposed tile: 32 x 32 elements of both sides stay in L1
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
 
 
 @njit(cache=True, nogil=True)

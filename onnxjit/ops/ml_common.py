@@ -14,7 +14,6 @@ from onnx import numpy_helper
 
 from onnxjit.errors import Fail, InvalidArgument
 from onnxjit.ir.types import MapType, SequenceType, TensorType
-from onnxjit.worker_pool import PARALLEL_GRAIN, run_units
 
 DOMAIN = "ai.onnx.ml"
 NUMERIC = frozenset({np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int64), np.dtype(np.int32)})
@@ -153,12 +152,3 @@ def rows_of(node, x, i=0):
     if len(shape) == 1:
         return 1, shape[0]
     bad_input(node, i, "of rank 1 [features] or 2 [N, features]", f"shape {list(shape)}")
-
-
-def call_rows(kernel, args, n_units, work):
-    """kernel(*args, 0, n_units) on this thread when the work is small (skipping run_units' thread-count query,
-    a microsecond of a batch-1 run), else run_units."""
-    if work < PARALLEL_GRAIN or n_units <= 1:
-        kernel(*args, 0, n_units)
-    else:
-        run_units(kernel, args, n_units, work)

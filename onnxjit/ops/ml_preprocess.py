@@ -30,9 +30,9 @@ from onnxjit.errors import InvalidArgument
 from onnxjit.kernels import ml_preprocess as k
 from onnx import TensorProto as T
 
-from onnxjit.ops.ml_common import (DOMAIN, NUMERIC, Attrs, bad_input, call_rows, checked_tensor, declare_outputs,
+from onnxjit.ops.ml_common import (DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs,
                                    describe, input_type)
-from onnxjit.ops.nn import ro
+from onnxjit.ops.nn import ro, run_units
 from onnxjit.ops.registry import register_op
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -89,7 +89,7 @@ def build_scaler(node):
         x2 = ro(_rows_2d(x))
         off, sc = constants(x2.shape[1], x.dtype)
         out = np.empty(x2.shape, np.float32)
-        call_rows(k.scale_rows, (x2, off, sc, out), x2.shape[0], out.size * 2)
+        run_units(k.scale_rows, (x2, off, sc, out), x2.shape[0], out.size * 2)
         return (out.reshape(x.shape),)
     return run
 
@@ -110,7 +110,7 @@ def build_normalizer(node):
             bad_input(node, 0, "of rank 1 or 2", describe(x))
         x2 = ro(x.reshape(1, -1) if x.ndim == 1 else x)
         out = np.empty(x2.shape, np.float32)
-        call_rows(k.normalize_rows, (x2, norm, out), x2.shape[0], out.size * 4)
+        run_units(k.normalize_rows, (x2, norm, out), x2.shape[0], out.size * 4)
         return (out.reshape(x.shape),)
     return run
 
@@ -160,8 +160,8 @@ def build_imputer(node):
         replaced = x.dtype.type(replaced_f if is_float else replaced_i)
         replace_nan = bool(is_float and np.isnan(replaced_f))
         out = np.empty(x2.shape, x.dtype)
-        call_rows(k.impute_rows, (x2, replaced, replace_nan, ro(per_col.astype(x.dtype)), out), x2.shape[0],
-                 out.size * 2)
+        run_units(k.impute_rows, (x2, replaced, replace_nan, ro(per_col.astype(x.dtype)), out), x2.shape[0],
+                  out.size * 2)
         return (out.reshape(x.shape),)
     return run
 
