@@ -27,10 +27,10 @@ RF regressor 19.8-22.9 vs 89.6-93.5 ms (0.22-0.24x), GB 6.7-9.0 vs 15.7-18.6 ms 
 7-11 us (1.5-1.9x), of which ~8 us is the session's own run() around any one-node model (a Neg: 7.8 us vs
 onnxruntime's 4.3-8 us) and, for LightGBM, its exporter's trailing Mul (on the fallback provider then: the
 classifier's outputs had no inferred type; builders declare them now). AMD Zen 3 VM, same benchmark: batch 10,000
-0.43-0.71x, batch 1 1.55-2.68x (README). 500 trees x 255 leaves: session
-5.2-5.4 s over empty caches (compiling the float32 kernel), 1.9 s from the cache, of which 1.3 s is the optimizer
-walking the node's big list attributes (ir/graph.py Node.subgraphs looks at every list element; 0.37-0.50 s
-when it checks the attribute type instead; 0.45 s with graph optimization off).
+0.43-0.71x, batch 1 1.55-2.68x (README). 500 trees x 255 leaves: session 5.2-5.4 s over empty caches (compiling
+the float32 kernel), 1.9 s from the cache, of which 1.3 s is the optimizer walking the node's big list attributes
+(ir/graph.py Node.subgraphs looks at every list element; 0.37-0.50 s when it checks the attribute type instead;
+0.45 s with graph optimization off).
 
 Semantics follow onnxruntime 1.32 (tree_ensemble_common.h / tree_ensemble_aggregator.h, and experiments where it
 differs from its source), checked against it in tests/test_ops_tree_ensemble.py:
