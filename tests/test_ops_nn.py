@@ -102,6 +102,17 @@ CONV_CASES = [
     ((1, 32, 30, 14), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # Winograd, several tile-row blocks
 ]
 WINOGRAD_CASES = CONV_CASES[-3:]
+# float32 GEMM-like convs on kernels.packed_gemm: pixel counts off the 16-lane blocks, channels off the 4-row
+# panels, several column chunks (deep inputs), grouped, batched, and enough work to be cut for the threads
+PACKED_CASES = [
+    ((1, 24, 7, 7), (30, 24, 1, 1), dict(), True),
+    ((2, 6, 9, 5), (5, 6, 1, 1), dict(), False),
+    ((1, 12, 5, 5), (18, 4, 1, 1), dict(group=3), True),
+    ((1, 700, 6, 6), (9, 700, 1, 1), dict(), True),
+    ((1, 96, 14, 14), (144, 96, 1, 1), dict(), True),
+    ((1, 8, 40, 40), (24, 8, 1, 1), dict(), False),
+    ((2, 3, 33, 31), (10, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),
+]
 
 
 @pytest.mark.parametrize("xs,ws,attrs,bias,opset",
@@ -109,6 +120,17 @@ WINOGRAD_CASES = CONV_CASES[-3:]
 def test_conv_f32(xs, ws, attrs, bias, opset):
     b = _rand(ws[0], seed=2) if bias else None
     check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], opset, **attrs)
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", PACKED_CASES)
+def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
+    from onnxjit.kernels import conv as kconv
+    calls = []
+    kernel = kconv.conv_packed
+    monkeypatch.setattr(kconv, "conv_packed", lambda *a: calls.append(1) or kernel(*a))
+    b = _rand(ws[0], seed=2) if bias else None
+    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], 11, **attrs)
+    assert calls
 
 
 @pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES[::3])
@@ -137,12 +159,13 @@ def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch)
     assert calls
 
 
-@pytest.mark.parametrize("op,ws", [("Conv", (16, 16, 3, 3)), ("ConvTranspose", (16, 8, 2, 2))])
+@pytest.mark.parametrize("op,ws", [("Conv", (16, 16, 3, 3)), ("Conv", (8, 16, 1, 1)),
+                                   ("ConvTranspose", (16, 8, 2, 2))])
 def test_fed_weights_written_in_place_between_runs(op, ws):
     """A weight derived once (Winograd-transformed, packed) is kept for the node's constant only: a fed W that
     the caller rewrites between runs is derived anew."""
     model = make_model(op, [("x", _rand((1, 16, 16, 16)), False), ("w", _rand(ws, seed=1), False)], 17,
-                       **({"pads": [1, 1, 1, 1]} if op == "Conv" else {"strides": [2, 2]}))
+                       **({"pads": [ws[-1] // 2] * 4} if op == "Conv" else {"strides": [2, 2]}))
     x, w = _rand((1, 16, 16, 16)), _rand(ws, seed=1)
     sess = cpu_session(model)
     sess.run(None, {"x": x, "w": w})

@@ -26,6 +26,7 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate
+from onnxjit.kernels.packed_gemm import MR, gemm_packed, scratch_size
 
 
 @njit(cache=True, inline="always")
@@ -52,6 +53,79 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
 
 
 @njit(cache=True, nogil=True)
+def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, operand):
+    """operand (cg * kvol, (r1 - r0) * ow) = the im2col matrix of image n's channels from c0, output rows
+    [r0, r1) (of od * oh, each ow wide)."""
+    kd, kh, kw = k
+    sd, sh, sw = s
+    dd, dh, dw = d
+    pd, ph = p[0], p[1]
+    in_d, in_h = x.shape[2], x.shape[3]
+    kvol = kd * kh * kw
+    for r in range(operand.shape[0]):
+        c = r // kvol
+        rem = r - c * kvol
+        a = rem // (kh * kw)
+        rem -= a * (kh * kw)
+        b = rem // kw
+        e = rem - b * kw
+        xc = x[n, c0 + c]
+        row = operand[r]
+        off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+        for q in range(r0, r1):
+            i = q // oh
+            h = q - i * oh
+            zd = i * sd - pd + a * dd
+            zh = h * sh - ph + b * dh
+            base = (q - r0) * ow
+            if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
+                for j in range(ow):
+                    row[_u(base + j)] = 0
+                continue
+            src = xc[zd, zh]
+            for j in range(j0):
+                row[_u(base + j)] = 0
+            if sw == 1:
+                for j in range(j0, j1):
+                    row[_u(base + j)] = src[_u(j + off)]
+            else:
+                for j in range(j0, j1):
+                    row[_u(base + j)] = src[_u(j * sw + off)]
+            for j in range(j1, ow):
+                row[_u(base + j)] = 0
+
+
+@njit(cache=True, nogil=True)
+def _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act):
+    """The epilogue over out3[n, m0:m1, p0:p0 + npx]: + bias (where not empty), + z (where not empty), then the
+    activation."""
+    has_bias = bias.size > 0
+    zero = out3.dtype.type(0)
+    for mo in range(m0, m1):
+        orow = out3[n, mo]
+        bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
+        if z3.size > 0:
+            zrow = z3[n, mo]
+            for j in range(p0, p0 + npx):
+                orow[_u(j)] = (orow[_u(j)] + bv) + zrow[_u(j)]
+        elif has_bias:
+            for j in range(p0, p0 + npx):
+                orow[_u(j)] += bv
+        if kind != IDENTITY:
+            activate(orow, p0, p0 + npx, kind, act)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _unit(u, n_mb, ntiles, group):
+    """(channel block, tile, group, image) of a conv_gemm / conv_packed work unit."""
+    mblk = u % n_mb
+    rest = u // n_mb
+    tile = rest % ntiles
+    rest //= ntiles
+    return mblk, tile, rest % group, rest // group
+
+
+@njit(cache=True, nogil=True)
 def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointwise, kind, act, out, u0, u1):
     """Conv as GEMMs, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of `m_block`
     output channels): the group's weights times the tile's im2col matrix, or, for a pointwise conv
@@ -59,35 +133,22 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointw
     writes its block of output rows in place (blas.gemm on strided views), and the epilogue runs over those
     rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array or empty; z is out's
     shape or empty."""
-    n_img, n_ch, in_d, in_h, in_w = x.shape
+    n_img, n_ch = x.shape[0], x.shape[1]
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
     cg = n_ch // group
     mg = m_out // group
-    kd, kh, kw = k
-    sd, sh, sw = s
-    dd, dh, dw = d
-    pd, ph = p[0], p[1]
-    kvol = kd * kh * kw
-    kk = cg * kvol
+    kk = cg * k[0] * k[1] * k[2]
     nrows = od * oh
     wm = w.reshape((group, mg, kk))
-    x3 = x.reshape((n_img, n_ch, in_d * in_h * in_w))
+    x3 = x.reshape((n_img, n_ch, x.shape[2] * x.shape[3] * x.shape[4]))
     out3 = out.reshape((n_img, m_out, nrows * ow))
-    has_z = z.size > 0
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     ntiles = (nrows + tile_rows - 1) // tile_rows
     n_mb = (mg + m_block - 1) // m_block
-    has_bias = bias.size > 0
-    zero = out.dtype.type(0)
     colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=out.dtype)
     for u in range(u0, u1):
-        mblk = u % n_mb
-        rest = u // n_mb
-        tile = rest % ntiles
-        rest //= ntiles
-        g = rest % group
-        n = rest // group
+        mblk, tile, g, n = _unit(u, n_mb, ntiles, group)
         r0 = tile * tile_rows
         r1 = min(nrows, r0 + tile_rows)
         npx = (r1 - r0) * ow
@@ -98,50 +159,53 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointw
             operand = x3[n, g * cg:(g + 1) * cg, p0:p0 + npx]
         else:
             operand = colbuf[:kk * npx].reshape((kk, npx))
-            for r in range(kk):
-                c = r // kvol
-                rem = r - c * kvol
-                a = rem // (kh * kw)
-                rem -= a * (kh * kw)
-                b = rem // kw
-                e = rem - b * kw
-                xc = x[n, g * cg + c]
-                row = operand[r]
-                off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
-                for q in range(r0, r1):
-                    i = q // oh
-                    h = q - i * oh
-                    zd = i * sd - pd + a * dd
-                    zh = h * sh - ph + b * dh
-                    base = (q - r0) * ow
-                    if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
-                        for j in range(ow):
-                            row[_u(base + j)] = 0
-                        continue
-                    src = xc[zd, zh]
-                    for j in range(j0):
-                        row[_u(base + j)] = 0
-                    if sw == 1:
-                        for j in range(j0, j1):
-                            row[_u(base + j)] = src[_u(j + off)]
-                    else:
-                        for j in range(j0, j1):
-                            row[_u(base + j)] = src[_u(j * sw + off)]
-                    for j in range(j1, ow):
-                        row[_u(base + j)] = 0
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, operand)
         gemm(wm[g, m0 - g * mg:m1 - g * mg], operand, out3[n, m0:m1, p0:p0 + npx], 1.0, 0.0)
-        for mo in range(m0, m1):
-            orow = out3[n, mo]
-            bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
-            if has_z:
-                zrow = z3[n, mo]
-                for j in range(p0, p0 + npx):
-                    orow[_u(j)] = (orow[_u(j)] + bv) + zrow[_u(j)]
-            elif has_bias:
-                for j in range(p0, p0 + npx):
-                    orow[_u(j)] += bv
-            if kind != IDENTITY:
-                activate(orow, p0, p0 + npx, kind, act)
+        _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act)
+
+
+@njit(cache=True, nogil=True)
+def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_block, chunk, pointwise, kind, act,
+                out, u0, u1):
+    """conv_gemm for float32 with the weights packed (`packed_gemm.pack_panels` of (group, M / group, kk)) and
+    multiplied by packed_gemm's microkernel: the same units, `m_block` a multiple of packed_gemm.MR; the bias is
+    added in the microkernel's registers, the residual and activation by the same epilogue; `chunk`: columns of
+    a GEMM pass (see packed_gemm.gemm_packed)."""
+    n_img, n_ch = x.shape[0], x.shape[1]
+    od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
+    cg = n_ch // group
+    mg = m_out // group
+    kk = cg * k[0] * k[1] * k[2]
+    nrows = od * oh
+    npix_in = x.shape[2] * x.shape[3] * x.shape[4]
+    xf = x.reshape(-1)
+    out3 = out.reshape((n_img, m_out, nrows * ow))
+    of = out.reshape(-1)
+    z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
+    no_bias = bias[:0]
+    ntiles = (nrows + tile_rows - 1) // tile_rows
+    n_mb = (mg + m_block - 1) // m_block
+    colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=np.float32)
+    scratch = np.empty(scratch_size(kk, chunk), dtype=np.float32)
+    for u in range(u0, u1):
+        mblk, tile, g, n = _unit(u, n_mb, ntiles, group)
+        r0 = tile * tile_rows
+        r1 = min(nrows, r0 + tile_rows)
+        npx = (r1 - r0) * ow
+        p0 = r0 * ow
+        i0 = mblk * m_block
+        i1 = min(mg, i0 + m_block)
+        c0 = (n * m_out + g * mg + i0) * nrows * ow + p0
+        gbias = bias[g * mg:(g + 1) * mg] if bias.size > 0 else no_bias
+        if pointwise:
+            gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, xf, (n * n_ch + g * cg) * npix_in + p0, npix_in,
+                        npx, of, c0, nrows * ow, chunk, scratch)
+        else:
+            operand = colbuf[:kk * npx].reshape((kk, npx))
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, operand)
+            gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, colbuf, 0, npx, npx, of, c0, nrows * ow, chunk,
+                        scratch)
+        _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
 
 
 @njit(cache=True, nogil=True)

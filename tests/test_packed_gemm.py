@@ -1,0 +1,69 @@
+"""kernels.packed_gemm against numpy: row panels and their ranges, column chunks and partial blocks, offsets and
+row strides into larger arrays, bias; and the machine code of its microkernel (the accumulators stay in vector
+registers: the reason kernels.simd exists)."""
+from __future__ import annotations
+
+import re
+
+import llvmlite.binding as llvm
+import numba
+import numpy as np
+import pytest
+
+from onnxjit.kernels import packed_gemm as pg
+from onnxjit.kernels.simd import LANES
+
+HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
+
+
+def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((groups, m, k)).astype(np.float32)
+    ap = pg.pack_panels(a)
+    b_rs, b0 = n + 3, 5  # b's rows lie apart inside a larger array
+    bf = rng.standard_normal(b0 + k * b_rs + LANES).astype(np.float32)
+    bmat = bf[b0:b0 + k * b_rs].reshape(k, b_rs)[:, :n]
+    bv = rng.standard_normal(m).astype(np.float32) if bias else np.empty(0, np.float32)
+    p0, p1 = panels or (0, ap.shape[1])
+    c_rs, c0 = n + 2, 7
+    cf = np.full(c0 + m * c_rs + 1, np.nan, dtype=np.float32)
+    scratch = np.empty(pg.scratch_size(k, chunk), np.float32)
+    pg.gemm_packed(ap, g, p0, p1, m, bv, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch)
+    rows = slice(p0 * pg.MR, min(p1 * pg.MR, m))
+    want = a[g, rows] @ bmat + (bv[rows, None] if bias else 0)
+    got = cf[c0:c0 + (rows.stop - rows.start) * c_rs].reshape(-1, c_rs)
+    np.testing.assert_allclose(got[:, :n], want, rtol=1e-5, atol=1e-4)
+    assert np.isnan(got[:, n:]).all(), "wrote past the n columns of a row"
+    assert np.isnan(cf[:c0]).all() and np.isnan(cf[c0 + (rows.stop - rows.start) * c_rs:]).all()
+
+
+@pytest.mark.parametrize("m,k,n,chunk", [(4, 3, 16, 16), (7, 5, 1, 16), (13, 17, 49, 32), (30, 64, 196, 64),
+                                         (9, 1, 40, 48), (5, 200, 15, 16)])
+def test_gemm_packed_matches_numpy(m, k, n, chunk):
+    _run(m, k, n, chunk)
+
+
+def test_gemm_packed_panel_range_group_and_no_bias():
+    _run(22, 9, 37, 32, groups=3, g=2, panels=(2, 5), bias=False)
+    _run(22, 9, 37, 32, groups=3, g=1, panels=(5, 6))  # the last panel: two rows of four
+
+
+def test_pack_panels_layout():
+    a = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)
+    ap = pg.pack_panels(a)
+    assert ap.shape == (2, 2, 3, pg.MR) and ap.dtype == np.float32
+    np.testing.assert_array_equal(ap[1, 0, 2], a[1, 0:4, 2])
+    np.testing.assert_array_equal(ap[1, 1, 2], [a[1, 4, 2], a[1, 5, 2], 0, 0])
+
+
+@pytest.mark.skipif(not HAS_AVX2, reason="checks x86 AVX2/AVX-512 machine code")
+def test_microkernel_accumulates_in_vector_registers():
+    # a fresh compile: cached code cannot be inspected
+    fresh = numba.njit(pg.gemm_packed.py_func)
+    k = 32
+    fresh(pg.pack_panels(np.ones((1, 8, k), np.float32)), 0, 0, 2, 8, np.empty(0, np.float32),
+          np.ones(k * 64, np.float32), 0, 64, 64, np.zeros(8 * 64, np.float32), 0, 64, 64,
+          np.empty(pg.scratch_size(k, 64), np.float32))
+    asm = "\n".join(fresh.inspect_asm().values())
+    assert len(re.findall(r"vfmadd\w*ps\s[^\n]*%[yz]mm", asm)) >= pg.MR
+    assert not re.findall(r"vfmadd\w*ss\s", asm)  # no scalar FMAs: LLVM's own vectorizers left those
