@@ -3,12 +3,12 @@ run through `onnxjit.backend` with the default providers.
 
 EXPECTED_FAILURES is the one list of cases known to fail, each with its reason. It only ever shrinks: the cases
 are marked as expected failures, so one that starts passing fails the suite until it is removed from the list.
-One entry depends on the machine: on a CPU whose BLAS rounds equal output channels differently (probed below),
-the light squeezenet's ill-conditioned stored output cannot be met.
+The light squeezenet (its placeholder weights make all 1000 logits equal at about 1e10, where an ulp is 1024) needs
+equal output channels rounded alike: OpenBLAS's Haswell/Zen sgemm did not, kernels.packed_gemm (its float32 convs
+now) accumulates every row in the same order.
 """
 import numpy as np
 import onnx.backend.test
-import scipy.linalg.blas
 
 import onnxjit.backend
 
@@ -23,23 +23,6 @@ EXPECTED_FAILURES = {
     "test_loop16_seq_none": "onnx runner cannot compare a sequence whose element is a 0-d tensor",
 }
 
-
-def _blas_rounds_rows_alike() -> bool:
-    """Whether the BLAS that Numba's np.dot calls (scipy's) gives identical rows of W @ X for identical rows of W.
-    OpenBLAS's Haswell/Zen sgemm kernels round the columns of one micro-tile in different orders, so equal filters
-    give outputs one ulp apart; its SkylakeX kernels (and onnxruntime's MLAS) do not."""
-    rng = np.random.default_rng(0)
-    x = (rng.random((32, 100)) * 6).astype(np.float32)
-    w = np.full((48, 32), 0.02, np.float32)
-    y = scipy.linalg.blas.sgemm(1.0, w, x)
-    return bool((y == y[0]).all())
-
-
-if not _blas_rounds_rows_alike():
-    # The light squeezenet's placeholder weights make its 1000 logits all equal at about 1e10, where one ulp is
-    # 1024: Softmax turns an ulp of difference between channels into a different class. Its stored output needs
-    # every channel rounded alike, which this machine's BLAS does not do (see above); outputs otherwise agree.
-    EXPECTED_FAILURES["test_squeezenet"] = "BLAS rounds equal output channels differently on this CPU"
 
 backend_test = onnx.backend.test.BackendTest(onnxjit.backend, __name__)
 for case in EXPECTED_FAILURES:
