@@ -16,7 +16,7 @@ from onnxjit.kernels.simd import LANES
 HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
 
 
-def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0):
+def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0, lo=-np.inf, hi=np.inf):
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((groups, m, k)).astype(np.float32)
     ap = pg.pack_panels(a)
@@ -28,9 +28,10 @@ def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0):
     c_rs, c0 = n + 2, 7
     cf = np.full(c0 + m * c_rs + 1, np.nan, dtype=np.float32)
     scratch = np.empty(pg.scratch_size(k, chunk), np.float32)
-    pg.gemm_packed(ap, g, p0, p1, m, bv, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch)
+    lo, hi = np.float32(lo), np.float32(hi)
+    pg.gemm_packed(ap, g, p0, p1, m, bv, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch, lo, hi)
     rows = slice(p0 * pg.MR, min(p1 * pg.MR, m))
-    want = a[g, rows] @ bmat + (bv[rows, None] if bias else 0)
+    want = np.clip(a[g, rows] @ bmat + (bv[rows, None] if bias else 0), lo, hi)
     got = cf[c0:c0 + (rows.stop - rows.start) * c_rs].reshape(-1, c_rs)
     np.testing.assert_allclose(got[:, :n], want, rtol=1e-5, atol=1e-4)
     assert np.isnan(got[:, n:]).all(), "wrote past the n columns of a row"
@@ -41,6 +42,11 @@ def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0):
                                          (9, 1, 40, 48), (5, 200, 15, 16)])
 def test_gemm_packed_matches_numpy(m, k, n, chunk):
     _run(m, k, n, chunk)
+
+
+def test_gemm_packed_clamps_in_registers():
+    _run(13, 17, 49, 32, lo=0.0)
+    _run(13, 17, 49, 32, lo=-0.5, hi=0.25)
 
 
 def test_gemm_packed_panel_range_group_and_no_bias():
@@ -63,7 +69,7 @@ def test_microkernel_accumulates_in_vector_registers():
     k = 32
     fresh(pg.pack_panels(np.ones((1, 8, k), np.float32)), 0, 0, 2, 8, np.empty(0, np.float32),
           np.ones(k * 64, np.float32), 0, 64, 64, np.zeros(8 * 64, np.float32), 0, 64, 64,
-          np.empty(pg.scratch_size(k, 64), np.float32))
+          np.empty(pg.scratch_size(k, 64), np.float32), np.float32(0), np.float32(np.inf))
     asm = "\n".join(fresh.inspect_asm().values())
     assert len(re.findall(r"vfmadd\w*ps\s[^\n]*%[yz]mm", asm)) >= pg.MR
     assert not re.findall(r"vfmadd\w*ss\s", asm)  # no scalar FMAs: LLVM's own vectorizers left those

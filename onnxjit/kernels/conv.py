@@ -25,7 +25,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
-from onnxjit.kernels.linalg import IDENTITY, activate
+from onnxjit.kernels.linalg import CLIP, IDENTITY, RELU, activate
 from onnxjit.kernels.packed_gemm import MR, gemm_packed, scratch_size
 
 
@@ -169,8 +169,10 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
                 out, u0, u1):
     """conv_gemm for float32 with the weights packed (`packed_gemm.pack_panels` of (group, M / group, kk)) and
     multiplied by packed_gemm's microkernel: the same units, `m_block` a multiple of packed_gemm.MR; the bias is
-    added in the microkernel's registers, the residual and activation by the same epilogue; `chunk`: columns of
-    a GEMM pass (see packed_gemm.gemm_packed)."""
+    added in the microkernel's registers, and so is a Relu or Clip where no residual comes after the conv (a
+    16->96-channel 1x1 conv over 112x112 pixels wrote 4.8 MB, which a second pass read and wrote again); the
+    residual and other activations by the same epilogue as conv_gemm's; `chunk`: columns of a GEMM pass (see
+    packed_gemm.gemm_packed)."""
     n_img, n_ch = x.shape[0], x.shape[1]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
     cg = n_ch // group
@@ -187,6 +189,11 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
     n_mb = (mg + m_block - 1) // m_block
     colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=np.float32)
     scratch = np.empty(scratch_size(kk, chunk), dtype=np.float32)
+    lo, hi = -np.inf, np.inf
+    if z.size == 0 and (kind == RELU or kind == CLIP):
+        lo, hi = (0.0, np.inf) if kind == RELU else (act[0], act[1])
+        kind = IDENTITY
+    lo, hi = np.float32(lo), np.float32(hi)
     for u in range(u0, u1):
         mblk, tile, g, n = _unit(u, n_mb, ntiles, group)
         r0 = tile * tile_rows
@@ -199,13 +206,14 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
         gbias = bias[g * mg:(g + 1) * mg] if bias.size > 0 else no_bias
         if pointwise:
             gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, xf, (n * n_ch + g * cg) * npix_in + p0, npix_in,
-                        npx, of, c0, nrows * ow, chunk, scratch)
+                        npx, of, c0, nrows * ow, chunk, scratch, lo, hi)
         else:
             operand = colbuf[:kk * npx].reshape((kk, npx))
             _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, operand)
             gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, colbuf, 0, npx, npx, of, c0, nrows * ow, chunk,
-                        scratch)
-        _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
+                        scratch, lo, hi)
+        if z3.size > 0 or kind != IDENTITY:
+            _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
 
 
 @njit(cache=True, nogil=True)

@@ -147,6 +147,7 @@ def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
     and a softmax after them turns a 1-ulp difference into a wrong answer where onnxruntime gives equal outputs."""
     m, kk = a.shape
     n = bt.shape[0]
+    zero = out.dtype.type(0)  # the sum in out's dtype: ar[0] * br[0] * 0 made it float64 for float32 operands
     for blk in range(blk0, blk1):
         n0 = blk * cols
         n1 = min(n, n0 + cols)
@@ -154,7 +155,7 @@ def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
             ar = a[i]
             for j in range(n0, n1):
                 br = bt[j]
-                acc = ar[0] * br[0] * 0
+                acc = zero
                 for t in range(kk):
                     acc += ar[t] * br[t]
                 y = alpha * acc

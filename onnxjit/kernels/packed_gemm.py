@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import LANES, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
 
 MR = 4  # rows of A per panel: the microkernel's accumulators
 
@@ -41,9 +41,9 @@ def _u(i):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3):
-    """cf[c0 + r * c_rs + j] = s_r + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], for rows r < `rows` of
-    the panel at a0 and the LANES columns j at b0 and c0."""
+def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3, lo, hi):
+    """cf[c0 + r * c_rs + j] = clamp(s_r + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
+    r < `rows` of the panel at a0 and the LANES columns j at b0 and c0."""
     acc0 = vsplat(s0)
     acc1 = vsplat(s1)
     acc2 = vsplat(s2)
@@ -55,13 +55,13 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3):
         acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
         acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
         acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
-    vstore(cf, c0, acc0)
+    vstore(cf, c0, vclamp(acc0, lo, hi))
     if rows > 1:
-        vstore(cf, c0 + c_rs, acc1)
+        vstore(cf, c0 + c_rs, vclamp(acc1, lo, hi))
     if rows > 2:
-        vstore(cf, c0 + _u(2) * c_rs, acc2)
+        vstore(cf, c0 + _u(2) * c_rs, vclamp(acc2, lo, hi))
     if rows > 3:
-        vstore(cf, c0 + _u(3) * c_rs, acc3)
+        vstore(cf, c0 + _u(3) * c_rs, vclamp(acc3, lo, hi))
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -75,8 +75,9 @@ def _bias4(bias, i, m):
 
 
 @njit(cache=True, nogil=True)
-def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch):
-    """c = bias + A @ b for the rows [panel0 * MR, min(panel1 * MR, m)) of group g's A (ap from `pack_panels`,
+def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch, lo, hi):
+    """c = clamp(bias + A @ b, lo, hi) (float32 bounds, -inf and inf for none: Relu and Clip applied in
+    registers) for the rows [panel0 * MR, min(panel1 * MR, m)) of group g's A (ap from `pack_panels`,
     m its real row count) and n columns: b is bf's rows of n values at b0 + k * b_rs, c row i (counted from
     panel0's first) cf's n values at c0 + i * c_rs; bias a length-m array or empty. `chunk`: columns per pass
     of the panels (a multiple of LANES); `scratch`: float32, at least (K * chunk + MR * LANES + LANES)."""
@@ -105,9 +106,9 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
                 bb = bp0 + _u(blk * k * LANES)
                 j = blk * LANES
                 if j + LANES <= width:
-                    _tile(pflat, a0, k, scratch, bb, _u(LANES), cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3)
+                    _tile(pflat, a0, k, scratch, bb, _u(LANES), cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
                 else:
-                    _tile(pflat, a0, k, scratch, bb, _u(LANES), scratch, ct, _u(LANES), rows, s0, s1, s2, s3)
+                    _tile(pflat, a0, k, scratch, bb, _u(LANES), scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
                     for r in range(rows):
                         for q in range(width - j):
                             cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]

@@ -1,5 +1,5 @@
 """Explicit float32 vectors for njit kernels: `F32V`, a vector of LANES float32 values held in registers, and the
-few operations a register-tiled GEMM needs (`vload`, `vstore`, `vsplat`, `vfma`).
+few operations a register-tiled GEMM needs (`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`).
 
 Why: LLVM's vectorizers did not keep a GEMM tile's accumulators in vector registers. Written with scalar
 accumulators (one per output of a 6x16 tile) or with a local accumulator array, the inner loop of a 1x1 conv
@@ -98,3 +98,22 @@ def vfma(typingctx, a, b, c):
         return builder.call(fn, args)
 
     return F32V(a, b, c), codegen
+
+
+@intrinsic
+def vclamp(typingctx, v, lo, hi):
+    """v with each lane below lo set to lo and above hi set to hi (float32 bounds; NaN lanes stay NaN, as
+    kernels.linalg.activate's Relu and Clip keep them)."""
+    if v != F32V or lo != types.float32 or hi != types.float32:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        for bound, op in ((args[1], "<"), (args[2], ">")):
+            one = builder.insert_element(ir.Constant(_VEC, ir.Undefined), bound, ir.Constant(ir.IntType(32), 0))
+            b = builder.shuffle_vector(one, ir.Constant(_VEC, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), LANES), [0] * LANES))
+            x = builder.select(builder.fcmp_ordered(op, x, b), b, x)
+        return x
+
+    return F32V(v, lo, hi), codegen
