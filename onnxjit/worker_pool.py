@@ -13,7 +13,12 @@ ms). So, as onnxruntime's and OpenMP's pools do, the workers spin:
 * Every share is one dispatch of the kernel, and a dispatch needs the GIL; a thread that finds the GIL taken
   sleeps on it and is woken as slowly as above. Hence one contiguous share per thread (not many small chunks),
   and a worker that sees a new job lingers LINGER_SECONDS in native code first: by then the caller has entered
-  its own share's kernel, which releases the GIL. The caller waits for the others' shares in native code too.
+  its own share's kernel, which releases the GIL. The caller waits for the others' shares in native code too,
+  and a worker reports its finished shares from native code, after releasing the GIL (`_report_and_wait`): the
+  caller, seeing them, takes a free GIL. With the count bumped in Python, the caller woke while the worker
+  still held the GIL and slept on it: two 47 us shares of a 2-unit job took 65-75 us on the AMD Zen 3 VM, 55-59
+  reported natively (4 us of linger; 10 us, tuned before on Sapphire Rapids, 59-62; 1 us, 62, the worker then
+  reaching for the GIL while the caller was still unboxing a 17-argument kernel's arguments).
 * The caller takes shares first and then any share no worker has claimed yet, so a worker descheduled on a busy
   machine delays nothing but its own claimed share.
 * One job at a time: a thread calling `run_units` while another thread's job runs runs its kernel alone.
@@ -42,7 +47,7 @@ from onnxjit.cache.jit import njit
 PARALLEL_GRAIN = 1 << 17
 CHUNKS_PER_THREAD = 4  # blocks some ops cut their work into, per thread (linalg, conv_transpose)
 SPIN_SECONDS = 2e-3  # a worker polls this long after its last share before it sleeps
-LINGER_SECONDS = 10e-6  # a worker that sees a new job waits this long, GIL released, before taking the GIL
+LINGER_SECONDS = 4e-6  # a worker that sees a new job waits this long, GIL released, before taking the GIL
 WAIT_BURST_SECONDS = 1e-3  # the caller's native wait for others' shares, between checks from Python
 YIELD_SECONDS = 20e-6  # a polling thread yields its core this often
 
@@ -61,6 +66,20 @@ def _load_acquire(typingctx, arr, i):
         return builder.load_atomic(builder.gep(a.data, [args[1]]), "acquire", 8)
 
     return types.int64(arr, types.intp), codegen
+
+
+@intrinsic
+def _fetch_add(typingctx, arr, i, v):
+    """arr[i] += v on an int64 array as one atomic read-modify-write (acquire-release)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
+        return None
+
+    def codegen(context, builder, signature, args):
+        a = context.make_array(signature.args[0])(context, builder, value=args[0])
+        v = context.cast(builder, args[2], signature.args[2], types.int64)
+        return builder.atomic_rmw("add", builder.gep(a.data, [args[1]]), v, "acq_rel")
+
+    return types.int64(arr, types.intp, types.intp), codegen
 
 
 @intrinsic
@@ -104,6 +123,30 @@ def _wait_for_change(state, i, seen, polls, linger, yield_every):
 
 
 @njit(cache=True, nogil=True)
+def _report_and_wait(state, finished, seen, polls, linger, yield_every):
+    """A worker's end of a job: add the shares it `finished` to state[_DONE], then wait for the next generation
+    as _wait_for_change does. The add happens here, with the GIL already released: the caller, seeing the job
+    done, takes the GIL at once instead of sleeping on it while the worker still ran Python code (a GIL
+    hand-off cost 10 us or more on the 2-core VMs)."""
+    if finished:
+        _fetch_add(state, _DONE, finished)
+    return _wait_for_change(state, _GENERATION, seen, polls, linger, yield_every)
+
+
+@njit(cache=True, nogil=True)
+def _wait_for_at_least(state, i, target, polls, yield_every):
+    """Poll state[i] up to `polls` times until it reaches `target`; returns the last value read."""
+    for k in range(polls):
+        v = _load_acquire(state, i)
+        if v >= target:
+            return v
+        _pause()
+        if k % yield_every == yield_every - 1:
+            _sched_yield()
+    return _load_acquire(state, i)
+
+
+@njit(cache=True, nogil=True)
 def _pauses(n):
     for _ in range(n):
         _pause()
@@ -119,17 +162,19 @@ class _Job:
         self.claims = itertools.count()  # next() is atomic under the GIL
         self.errors = []
 
-    def run_shares(self, state) -> None:
+    def run_shares(self) -> int:
+        """Claim and run shares until none is left; returns how many this thread ran."""
         n_shares = len(self.bounds) - 1
+        finished = 0
         while True:
             i = next(self.claims)
             if i >= n_shares:
-                return
+                return finished
             try:
                 self.kernel(*self.args, self.bounds[i], self.bounds[i + 1])
             except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
                 self.errors.append(e)
-            state[_DONE] += 1  # under the GIL: the only writers are Python threads
+            finished += 1
 
 
 class WorkerPool:
@@ -166,9 +211,11 @@ class WorkerPool:
         affinity.pin_this_thread_as_worker(k)
         state = self._state
         seen = int(state[_GENERATION])
+        finished = 0
         while True:
-            generation = int(_wait_for_change(state, _GENERATION, seen, self._spin_polls, self._linger,
-                                                    self._yield_every))
+            generation = int(_report_and_wait(state, finished, seen, self._spin_polls, self._linger,
+                                              self._yield_every))
+            finished = 0
             if generation == seen:
                 with self._cond:
                     self._sleepers += 1
@@ -178,7 +225,7 @@ class WorkerPool:
             seen = generation
             job = self._job
             if job is not None:
-                job.run_shares(state)
+                finished = job.run_shares()
 
     def run(self, kernel, args, n_units: int, threads: int) -> None:
         if not self._busy.acquire(blocking=False):  # another thread's job holds the workers
@@ -195,12 +242,9 @@ class WorkerPool:
             if self._sleepers:
                 with self._cond:
                     self._cond.notify_all()
-            job.run_shares(state)
-            while True:
-                done = int(state[_DONE])
-                if done >= n_shares:
-                    break
-                _wait_for_change(state, _DONE, done, self._wait_polls, 0, self._yield_every)
+            others = n_shares - job.run_shares()
+            while int(_wait_for_at_least(state, _DONE, others, self._wait_polls, self._yield_every)) < others:
+                pass
             self._job = None
             if job.errors:
                 raise job.errors[0]
