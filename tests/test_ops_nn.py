@@ -307,6 +307,22 @@ def test_gemm_fully_connected(m, tb, b_init, dtype):
           13, transB=tb)
 
 
+@pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("cshape", [None, (), (37,), (1, 37), (13, 1), (13, 37)])
+def test_gemm_packed_runs_and_matches(ta, tb, cshape, monkeypatch):
+    """float32 Gemm with a constant B on kernels.packed_gemm (B packed once): alpha folded into A's packing, C
+    broadcast after it; rows off its 4-row panels, columns off its 16 lanes."""
+    from onnxjit.kernels import linalg as klinalg
+    calls = []
+    kernel = klinalg.gemm_packed_blocks
+    monkeypatch.setattr(klinalg, "gemm_packed_blocks", lambda *a: calls.append(1) or kernel(*a))
+    a = _rand((20, 13) if ta else (13, 20))
+    b = _rand((37, 20) if tb else (20, 37), seed=1)
+    c = None if cshape is None else _rand(cshape, seed=2)
+    check("Gemm", [("a", a, False), ("b", b, True), ("c", c, True)], 13, alpha=0.5, beta=2.0, transA=ta, transB=tb)
+    assert calls
+
+
 def test_gemm_beta_zero_ignores_c():
     c = np.full((3, 5), np.nan, F32)
     check("Gemm", [("a", _rand((3, 4)), False), ("b", _rand((4, 5), seed=1), False), ("c", c, False)], 13,
@@ -326,7 +342,8 @@ def test_matmul(sa, sb, dtype):
     check("MatMul", [("a", _rand(sa, dtype), False), ("b", _rand(sb, dtype, 1), False)], 13)
 
 
-@pytest.mark.parametrize("sa,sb", [((1, 256), (256, 100)), ((3, 7, 64), (64, 10)), ((64, 32), (32, 16))])
+@pytest.mark.parametrize("sa,sb", [((1, 256), (256, 100)), ((3, 7, 64), (64, 10)), ((64, 32), (32, 16)),
+                                   ((2, 9, 700), (700, 33))])
 @pytest.mark.parametrize("opset", [1, 9, 13])
 def test_matmul_constant_b(sa, sb, opset):
     check("MatMul", [("a", _rand(sa), False), ("b", _rand(sb, seed=1), True)], opset)

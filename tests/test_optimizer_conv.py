@@ -227,6 +227,28 @@ def test_gemm_activation(trans_b, rows):
     _check(model, feeds, "FusedGemm")
 
 
+@pytest.mark.parametrize("act", [("Relu", {}), ("Clip", {}), ("Tanh", {})], ids=["relu", "clip", "tanh"])
+@pytest.mark.parametrize("with_c", [True, False])
+def test_matmul_activation_packed(act, with_c):
+    """float32 MatMul / Gemm with a constant B on kernels.packed_gemm: Relu and Clip in its registers where
+    there is no C, the others (and any with C) after it; rows off its 4-row panels, columns off its 16 lanes."""
+    rng = np.random.default_rng(3)
+    op, attrs = act
+    inits = [_init("b", rng.standard_normal((40, 37)).astype(np.float32) / 6)]
+    after_inputs = ["m"]
+    if op == "Clip":
+        inits += [_init("lo", np.array(-0.3, np.float32)), _init("hi", np.array(0.4, np.float32))]
+        after_inputs += ["lo", "hi"]
+    if with_c:
+        inits.append(_init("c", rng.standard_normal(37).astype(np.float32)))
+        first = helper.make_node("Gemm", ["a", "b", "c"], ["m"], alpha=0.75, beta=1.5)
+    else:
+        first = helper.make_node("MatMul", ["a", "b"], ["m"])
+    nodes = [first, helper.make_node(op, after_inputs, ["y"], **attrs)]
+    model = make_model(nodes, [tensor("a", F32, [23, 40])], [tensor("y", F32, None)], initializers=inits)
+    _check(model, {"a": rng.standard_normal((23, 40)).astype(np.float32)}, "FusedGemm" if with_c else "FusedMatMul")
+
+
 def test_gemm_output_used_twice():
     model, feeds = _gemm_model([helper.make_node("Relu", ["g"], ["r"]), helper.make_node("Add", ["r", "g"], ["y"])])
     _check(model, feeds, None)

@@ -23,7 +23,7 @@ import threading
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels import blas, vmath
+from onnxjit.kernels import blas, packed_gemm, vmath
 
 
 @njit(cache=True, inline="always")
@@ -124,19 +124,50 @@ def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out
             blas.gemm(a[m0:m1], b[n0:n1], y, alpha, 0.0, False, True)
         else:
             blas.gemm(a[m0:m1], b[:, n0:n1], y, alpha, 0.0, False, False)
-        for i in range(m1 - m0):
-            yr = y[i]
-            if has_c:
-                cr = c[0] if c.shape[0] == 1 else c[m0 + i]
-                if c.shape[1] == 1:
-                    cv = beta * cr[0]
-                    for j in range(n1 - n0):
-                        yr[_u(j)] += cv
-                else:
-                    for j in range(n1 - n0):
-                        yr[_u(j)] += beta * cr[_u(n0 + j)]
-            if kind != IDENTITY:
-                activate(yr, 0, n1 - n0, kind, act)
+        _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1)
+
+
+@njit(cache=True, nogil=True)
+def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, chunk_blocks, out, blk0, blk1):
+    """gemm_blocks for float32 with B packed once (packed_gemm.pack_blocks of op(b), (K, N)) and multiplied by
+    packed_gemm's microkernel; `cols` a multiple of packed_gemm's LANES; Relu and Clip applied in its
+    registers where there is no C."""
+    m, kk = a.shape
+    n_cb = (n + cols - 1) // cols
+    lo, hi = -np.inf, np.inf
+    if not has_c and (kind == RELU or kind == CLIP):
+        lo, hi = (0.0, np.inf) if kind == RELU else (act[0], act[1])
+        kind = IDENTITY
+    lo, hi = np.float32(lo), np.float32(hi)
+    scratch = np.empty(packed_gemm.prepacked_scratch_size(kk, rows), dtype=np.float32)
+    of = out.reshape(-1)
+    for blk in range(blk0, blk1):
+        m0 = (blk // n_cb) * rows
+        n0 = (blk % n_cb) * cols
+        m1 = min(m, m0 + rows)
+        n1 = min(n, n0 + cols)
+        packed_gemm.gemm_prepacked(a, m0, m1, np.float32(alpha), bp, n0 // packed_gemm.LANES, n1 - n0, chunk_blocks,
+                                   of, m0 * n + n0, n, scratch, lo, hi)
+        if has_c or kind != IDENTITY:
+            _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
+    """out[m0:m1, n0:n1] += beta * c (broadcast as it lies), then the activation."""
+    for i in range(m0, m1):
+        yr = out[i]
+        if has_c:
+            cr = c[0] if c.shape[0] == 1 else c[i]
+            if c.shape[1] == 1:
+                cv = beta * cr[0]
+                for j in range(n0, n1):
+                    yr[_u(j)] += cv
+            else:
+                for j in range(n0, n1):
+                    yr[_u(j)] += beta * cr[_u(j)]
+        if kind != IDENTITY:
+            activate(yr, n0, n1, kind, act)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

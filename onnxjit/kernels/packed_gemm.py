@@ -94,24 +94,35 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     ct = bp0 + _u(k * chunk)  # the scratch tile for the last, partial block of columns
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
-        blocks = -(-width // LANES)
-        _pack_columns(bf, b0 + _u(jc), b_rs, k, width, blocks, scratch, bp0)
-        for panel in range(panel0, panel1):
-            i0 = panel * MR
-            rows = min(MR, m - i0)
-            s0, s1, s2, s3 = _bias4(bias, i0, m)
-            a0 = g0 + _u(panel * panel_size)
-            crow = c0 + _u(i0 - panel0 * MR) * c_rs + _u(jc)
-            for blk in range(blocks):
-                bb = bp0 + _u(blk * k * LANES)
-                j = blk * LANES
-                if j + LANES <= width:
-                    _tile(pflat, a0, k, scratch, bb, _u(LANES), cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
-                else:
-                    _tile(pflat, a0, k, scratch, bb, _u(LANES), scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
-                    for r in range(rows):
-                        for q in range(width - j):
-                            cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
+        _pack_columns(bf, b0 + _u(jc), b_rs, k, width, -(-width // LANES), scratch, bp0)
+        _panels_times_blocks(pflat, g0 + _u(panel0 * panel_size), panel1 - panel0, m - panel0 * MR, bias,
+                             panel0 * MR, k, scratch, bp0, width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, width, cf, c0, c_rs, scratch, ct,
+                         lo, hi):
+    """The microkernel over `panels` panels of A from ap[a0] (rows_left real rows from the first; bias rows
+    from bias0) times the blocks of (k, LANES) packed columns from bp[bb0], `width` columns in all; c's rows
+    from cf[c0], c_rs apart; a partial last block goes through scratch[ct:] first."""
+    panel_size = k * MR
+    blocks = -(-width // LANES)
+    for panel in range(panels):
+        i0 = panel * MR
+        rows = min(MR, rows_left - i0)
+        s0, s1, s2, s3 = _bias4(bias, bias0 + i0, bias0 + rows_left)
+        a = a0 + _u(panel * panel_size)
+        crow = c0 + _u(i0) * c_rs
+        for blk in range(blocks):
+            bb = bb0 + _u(blk * k * LANES)
+            j = blk * LANES
+            if j + LANES <= width:
+                _tile(ap, a, k, bp, bb, _u(LANES), cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
+            else:
+                _tile(ap, a, k, bp, bb, _u(LANES), scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
+                for r in range(rows):
+                    for q in range(width - j):
+                        cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
 
 
 @njit(cache=True, nogil=True, inline="always")
@@ -137,3 +148,44 @@ def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
 def scratch_size(k, chunk):
     """Floats of gemm_packed's scratch for K = k and a chunk of `chunk` columns."""
     return k * chunk + (MR + 1) * LANES
+
+
+def pack_blocks(b):
+    """A (K, N) float weight as float32 blocks of columns (ceil(N / LANES), K, LANES), zeros past N: B for
+    `gemm_prepacked`, packed once."""
+    k, n = b.shape
+    blocks = -(-n // LANES)
+    padded = np.zeros((k, blocks * LANES), dtype=np.float32)
+    padded[:, :n] = b
+    return np.ascontiguousarray(padded.reshape(k, blocks, LANES).transpose(1, 0, 2))
+
+
+@njit(cache=True, nogil=True)
+def prepacked_scratch_size(k, rows):
+    """Floats of gemm_prepacked's scratch for K = k and up to `rows` rows of a."""
+    return -(-rows // MR) * MR * k + MR * LANES
+
+
+@njit(cache=True, nogil=True)
+def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, c_rs, scratch, lo, hi):
+    """c = clamp(alpha * a[row0:row1] @ B[:, blk0 * LANES:blk0 * LANES + width], lo, hi): a (M, K) float32
+    C-contiguous, packed here into panels (scaled by alpha); B packed once (`pack_blocks`), taken
+    `chunk_blocks` blocks per pass of the panels; c row i cf's `width` values at c0 + i * c_rs; `scratch` at
+    least prepacked_scratch_size(K, row1 - row0) long."""
+    k = a.shape[1]
+    rows = row1 - row0
+    panels = -(-rows // MR)
+    for p in range(panels):
+        for i in range(k):
+            for r in range(MR):
+                row = row0 + p * MR + r
+                scratch[_u((p * k + i) * MR + r)] = alpha * a[row, i] if row < row1 else np.float32(0)
+    ct = _u(panels * MR * k)
+    bflat = bp.reshape(-1)
+    no_bias = scratch[:0]
+    c0 = _u(c0)
+    c_rs = _u(c_rs)
+    step = chunk_blocks * LANES
+    for j in range(0, width, step):
+        _panels_times_blocks(scratch, _u(0), panels, rows, no_bias, 0, k, bflat, _u((blk0 * k * LANES) + j * k),
+                             min(step, width - j), cf, c0 + _u(j), c_rs, scratch, ct, lo, hi)
