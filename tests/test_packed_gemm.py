@@ -39,7 +39,7 @@ def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0, lo=-np.i
 
 
 @pytest.mark.parametrize("m,k,n,chunk", [(4, 3, 16, 16), (7, 5, 1, 16), (13, 17, 49, 32), (30, 64, 196, 64),
-                                         (9, 1, 40, 48), (5, 200, 15, 16)])
+                                         (9, 1, 40, 48), (5, 200, 15, 16), (40, 33, 49, 32), (33, 8, 7, 16)])
 def test_gemm_packed_matches_numpy(m, k, n, chunk):
     _run(m, k, n, chunk)
 

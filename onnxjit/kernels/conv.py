@@ -26,7 +26,8 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import CLIP, IDENTITY, RELU, activate
-from onnxjit.kernels.packed_gemm import MR, gemm_packed, scratch_size
+from onnxjit.kernels.packed_gemm import MR, gemm_blocked, gemm_packed, scratch_size
+from onnxjit.kernels.simd import LANES
 
 
 @njit(cache=True, inline="always")
@@ -52,17 +53,28 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
     return tab
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _col_index(dst0, r, col, rows, npx, blocked):
+    """Where element (r, col) of a rows x npx im2col matrix lies in its buffer from dst0: row-major, or
+    `blocked` as packed_gemm's blocks of LANES columns ((col // LANES, r, col % LANES))."""
+    if blocked:
+        return _u(dst0 + ((col // LANES) * rows + r) * LANES + col % LANES)
+    return _u(dst0 + r * npx + col)
+
+
 @njit(cache=True, nogil=True)
-def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, operand):
-    """operand (cg * kvol, (r1 - r0) * ow) = the im2col matrix of image n's channels from c0, output rows
-    [r0, r1) (of od * oh, each ow wide)."""
+def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked):
+    """The im2col matrix (rows = cg * kvol, (r1 - r0) * ow) of image n's channels from c0, output rows
+    [r0, r1) (of od * oh, each ow wide), into dst from dst0, row-major or `blocked` (see _col_index)."""
     kd, kh, kw = k
     sd, sh, sw = s
     dd, dh, dw = d
     pd, ph = p[0], p[1]
     in_d, in_h = x.shape[2], x.shape[3]
     kvol = kd * kh * kw
-    for r in range(operand.shape[0]):
+    npx = (r1 - r0) * ow
+    zero = dst.dtype.type(0)
+    for r in range(rows):
         c = r // kvol
         rem = r - c * kvol
         a = rem // (kh * kw)
@@ -70,7 +82,6 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, operand):
         b = rem // kw
         e = rem - b * kw
         xc = x[n, c0 + c]
-        row = operand[r]
         off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
         for q in range(r0, r1):
             i = q // oh
@@ -80,19 +91,19 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, operand):
             base = (q - r0) * ow
             if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
                 for j in range(ow):
-                    row[_u(base + j)] = 0
+                    dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 continue
             src = xc[zd, zh]
             for j in range(j0):
-                row[_u(base + j)] = 0
+                dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
             if sw == 1:
                 for j in range(j0, j1):
-                    row[_u(base + j)] = src[_u(j + off)]
+                    dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = src[_u(j + off)]
             else:
                 for j in range(j0, j1):
-                    row[_u(base + j)] = src[_u(j * sw + off)]
+                    dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = src[_u(j * sw + off)]
             for j in range(j1, ow):
-                row[_u(base + j)] = 0
+                dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
 
 
 @njit(cache=True, nogil=True)
@@ -158,8 +169,8 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointw
         if pointwise:
             operand = x3[n, g * cg:(g + 1) * cg, p0:p0 + npx]
         else:
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, kk, colbuf, 0, False)
             operand = colbuf[:kk * npx].reshape((kk, npx))
-            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, operand)
         gemm(wm[g, m0 - g * mg:m1 - g * mg], operand, out3[n, m0:m1, p0:p0 + npx], 1.0, 0.0)
         _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act)
 
@@ -187,7 +198,9 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
     no_bias = bias[:0]
     ntiles = (nrows + tile_rows - 1) // tile_rows
     n_mb = (mg + m_block - 1) // m_block
-    colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=np.float32)
+    # the im2col matrix is written straight into packed_gemm's blocks of columns, 64-byte aligned
+    colbuf = np.empty(0 if pointwise else kk * (-(-tile_rows * ow // LANES) + 1) * LANES, dtype=np.float32)
+    col0 = 0 if pointwise else (-(colbuf.ctypes.data // 4)) % LANES
     scratch = np.empty(scratch_size(kk, chunk), dtype=np.float32)
     lo, hi = -np.inf, np.inf
     if z.size == 0 and (kind == RELU or kind == CLIP):
@@ -208,10 +221,9 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
             gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, xf, (n * n_ch + g * cg) * npix_in + p0, npix_in,
                         npx, of, c0, nrows * ow, chunk, scratch, lo, hi)
         else:
-            operand = colbuf[:kk * npx].reshape((kk, npx))
-            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, operand)
-            gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, colbuf, 0, npx, npx, of, c0, nrows * ow, chunk,
-                        scratch, lo, hi)
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, kk, colbuf, col0, True)
+            gemm_blocked(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, colbuf, col0, npx, of, c0, nrows * ow, scratch,
+                         lo, hi)
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
 

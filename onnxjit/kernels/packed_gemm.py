@@ -15,6 +15,7 @@ went over all the pixels one block of 16 at a time (96 write streams), 75 in chu
 first copied into blocks of (K, LANES) floats, 64-byte aligned and zero-padded past the last column, so every
 load of the microkernel is one cache line, read in sequence (in place, an image's rows of 7x7 or 14x14 pixels
 put most loads across two lines), and the last, partial block is an ordinary tile written to scratch first.
+With fewer than PACK_MIN_PANELS panels, the full blocks are read in place and only the last one is copied.
 """
 from __future__ import annotations
 
@@ -24,6 +25,9 @@ from onnxjit.cache.jit import njit
 from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
 
 MR = 4  # rows of A per panel: the microkernel's accumulators
+# fewest panels for which gemm_packed packs b's columns: below, the copy costs more than the aligned loads save (a
+# 240->40-channel 1x1 conv over 14x14 pixels, cut into units of 4, 4 and 2 panels, copied the input three times)
+PACK_MIN_PANELS = 8
 
 
 def pack_panels(a):
@@ -92,19 +96,43 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     # the packed chunk of b starts on a 64-byte boundary: each of the microkernel's loads is one cache line
     bp0 = _u((-(scratch.ctypes.data // 4)) % LANES)
     ct = bp0 + _u(k * chunk)  # the scratch tile for the last, partial block of columns
+    a0 = g0 + _u(panel0 * panel_size)
+    panels = panel1 - panel0
+    rows_left = m - panel0 * MR
+    if panels < PACK_MIN_PANELS:  # too few rows to repay packing: b's full blocks read in place
+        full = n - n % LANES
+        _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0, b_rs, _u(LANES), full,
+                             cf, c0, c_rs, scratch, ct, lo, hi)
+        if full < n:
+            _pack_columns(bf, b0 + _u(full), b_rs, k, n - full, 1, scratch, bp0)
+            _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, scratch, bp0, _u(LANES),
+                                 _u(k * LANES), n - full, cf, c0 + _u(full), c_rs, scratch, ct, lo, hi)
+        return
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
         _pack_columns(bf, b0 + _u(jc), b_rs, k, width, -(-width // LANES), scratch, bp0)
-        _panels_times_blocks(pflat, g0 + _u(panel0 * panel_size), panel1 - panel0, m - panel0 * MR, bias,
-                             panel0 * MR, k, scratch, bp0, width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+        _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, scratch, bp0, _u(LANES),
+                             _u(k * LANES), width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+
+
+@njit(cache=True, nogil=True)
+def gemm_blocked(ap, g, panel0, panel1, m, bias, bp, bp0, n, cf, c0, c_rs, scratch, lo, hi):
+    """gemm_packed with b already in blocks of (K, LANES) columns from bp[bp0] (n columns, the last block's
+    lanes past n unread), as conv_packed's im2col writes them; scratch at least MR * LANES long."""
+    k = ap.shape[2]
+    panel_size = k * MR
+    a0 = (_u(g) * _u(ap.shape[1]) + _u(panel0)) * _u(panel_size)
+    _panels_times_blocks(ap.reshape(-1), a0, panel1 - panel0, m - panel0 * MR, bias, panel0 * MR, k, bp, _u(bp0),
+                         _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), scratch, _u(0), lo, hi)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, width, cf, c0, c_rs, scratch, ct,
-                         lo, hi):
+def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_rs, block_step, width, cf, c0, c_rs,
+                         scratch, ct, lo, hi):
     """The microkernel over `panels` panels of A from ap[a0] (rows_left real rows from the first; bias rows
-    from bias0) times the blocks of (k, LANES) packed columns from bp[bb0], `width` columns in all; c's rows
-    from cf[c0], c_rs apart; a partial last block goes through scratch[ct:] first."""
+    from bias0) times blocks of LANES columns of b, `width` columns in all: block i's k rows start at
+    bp[bb0 + i * block_step], b_rs apart (packed: LANES and k * LANES; in place: b's row stride and LANES);
+    c's rows from cf[c0], c_rs apart; a partial last block (packed only) goes through scratch[ct:] first."""
     panel_size = k * MR
     blocks = -(-width // LANES)
     for panel in range(panels):
@@ -114,12 +142,12 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, wid
         a = a0 + _u(panel * panel_size)
         crow = c0 + _u(i0) * c_rs
         for blk in range(blocks):
-            bb = bb0 + _u(blk * k * LANES)
+            bb = bb0 + _u(blk) * block_step
             j = blk * LANES
             if j + LANES <= width:
-                _tile(ap, a, k, bp, bb, _u(LANES), cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
+                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
             else:
-                _tile(ap, a, k, bp, bb, _u(LANES), scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
+                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
                 for r in range(rows):
                     for q in range(width - j):
                         cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
@@ -188,4 +216,5 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, 
     step = chunk_blocks * LANES
     for j in range(0, width, step):
         _panels_times_blocks(scratch, _u(0), panels, rows, no_bias, 0, k, bflat, _u((blk0 * k * LANES) + j * k),
-                             min(step, width - j), cf, c0 + _u(j), c_rs, scratch, ct, lo, hi)
+                             _u(LANES), _u(k * LANES), min(step, width - j), cf, c0 + _u(j), c_rs, scratch, ct, lo,
+                             hi)

@@ -403,11 +403,15 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     row: a 96->576-channel 1x1 conv over 14x14 pixels took 240-290 us on two threads against 165 us for either
     half alone (AMD Zen 3); cut along the channels they share none, but each unit packs the tile's columns of
     the input again (a 256->64-channel one over 56x56 pixels ran 1.4x slower cut four ways along 64 channels
-    than along the pixels)."""
+    than along the pixels). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel
+    stem conv over 224x224 pixels was cut into three tiles, two on one thread)."""
     mr = packed_gemm.MR
     per_row = (mg + (0 if pointwise else kk)) * ow * 4
     tile_rows = max(1, min(nrows, CONV_TILE_BYTES // per_row))
-    tile_rows = -(-nrows // -(-nrows // tile_rows))
+    tiles = -(-nrows // tile_rows)
+    if parallel and images * tiles > 1 and images * tiles % nth:  # whole rounds of units for the threads
+        tiles = min(nrows, -(-images * tiles // nth) * nth // images)
+    tile_rows = -(-nrows // tiles)
     wanted = (CONV_UNITS_PER_THREAD if pointwise else 1) * nth if parallel else 1
     units = images * -(-nrows // tile_rows)
     if units < wanted:
