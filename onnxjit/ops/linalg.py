@@ -62,6 +62,10 @@ def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION, packed=None):
     rows = m if n_cb >= nth else min(m, max(GEMM_MIN_ROWS, -(-m // -(-nth // n_cb))))
     units = -(-m // rows) * n_cb
     if packed is not None and a.dtype == np.float32 and packed.holds(b):
+        # B is packed already: split A's rows first, each unit packing only its own (cut along B's columns,
+        # every unit packed all of A: a 197x768 @ 768x192 MatMul ran at 92 GFLOP/s on two Zen 3 threads)
+        if m >= nth * GEMM_MIN_ROWS:
+            rows, cols = -(-m // (nth * packed_gemm.MR)) * packed_gemm.MR, n
         cols = -(-cols // LANES) * LANES
         chunk_blocks = max(1, PACKED_CHUNK_BYTES // (4 * kk * LANES))
         run_units(k.gemm_packed_blocks, (ro(a), packed.of(b), n, c, alpha, beta, has_c, act.kind,
