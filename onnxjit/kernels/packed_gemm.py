@@ -15,7 +15,6 @@ went over all the pixels one block of 16 at a time (96 write streams), 75 in chu
 first copied into blocks of (K, LANES) floats, 64-byte aligned and zero-padded past the last column, so every
 load of the microkernel is one cache line, read in sequence (in place, an image's rows of 7x7 or 14x14 pixels
 put most loads across two lines), and the last, partial block is an ordinary tile written to scratch first.
-With fewer than PACK_MIN_PANELS panels, the full blocks are read in place and only the last one is copied.
 """
 from __future__ import annotations
 
@@ -25,9 +24,6 @@ from onnxjit.cache.jit import njit
 from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
 
 MR = 4  # rows of A per panel: the microkernel's accumulators
-# fewest panels for which gemm_packed packs b's columns: below, the copy costs more than the aligned loads save (a
-# 240->40-channel 1x1 conv over 14x14 pixels, cut into units of 4, 4 and 2 panels, copied the input three times)
-PACK_MIN_PANELS = 8
 
 
 def pack_panels(a):
@@ -99,15 +95,6 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     a0 = g0 + _u(panel0 * panel_size)
     panels = panel1 - panel0
     rows_left = m - panel0 * MR
-    if panels < PACK_MIN_PANELS:  # too few rows to repay packing: b's full blocks read in place
-        full = n - n % LANES
-        _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0, b_rs, _u(LANES), full,
-                             cf, c0, c_rs, scratch, ct, lo, hi)
-        if full < n:
-            _pack_columns(bf, b0 + _u(full), b_rs, k, n - full, 1, scratch, bp0)
-            _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, scratch, bp0, _u(LANES),
-                                 _u(k * LANES), n - full, cf, c0 + _u(full), c_rs, scratch, ct, lo, hi)
-        return
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
         _pack_columns(bf, b0 + _u(jc), b_rs, k, width, -(-width // LANES), scratch, bp0)
