@@ -17,6 +17,7 @@ from numba import types
 from numba.core import cgutils
 from numba.core.extending import intrinsic, models, register_model
 
+
 def _lanes() -> int:
     """16 floats (two ymm registers) with AVX2, 32 (two zmm) where the CPU Numba compiles for has AVX-512: either
     way a 4-row tile of packed_gemm keeps 8 vector accumulators, as many independent FMA chains as two FMA pipes of
