@@ -4,8 +4,8 @@ com.onnxjit FusedGemm / FusedMatMul are the same builders with an activation epi
 A GEMM is split over onnxjit's threads by blocks of columns, and of rows where the columns are too few, each a
 single-threaded BLAS call on strided blocks (transB=1 weights read as they lie); a float32 GEMM with a constant B
 runs on kernels.packed_gemm instead, B packed once (AMD Zen 3, two threads, ratio to onnxruntime in the same
-process: 128x384x1536 0.96-1.01 against BLAS's 1.28, 128x1536x384 1.06-1.09 against 1.27, 256x1024x1024
-1.07-1.13 against 1.13-1.15). For very few rows (batch-1 fully connected layers) each output is one dot product
+process: 128x384x1536 0.96-1.01 against BLAS's 1.28, 128x1536x384 0.87-1.09 against 1.27, 256x1024x1024
+1.02-1.13 against 1.13-1.15). For very few rows (batch-1 fully connected layers) each output is one dot product
 over a row of B as (N, K): a constant B gets its transposed copy made once.
 """
 from __future__ import annotations
