@@ -133,6 +133,23 @@ def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("xs,ws", [((0, 3, 5, 5), (4, 3, 1, 1)), ((0, 3, 5, 5), (4, 3, 3, 3)),
+                                   ((1, 3, 5, 5), (0, 3, 1, 1)), ((1, 3, 5, 5), (0, 3, 3, 3))])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_conv_empty_output(xs, ws, dtype):
+    """No images or no output channels: an empty output of the right shape."""
+    out = (xs[0], ws[0], xs[2] - ws[2] + 1, xs[3] - ws[3] + 1)
+    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, 1), True)], 11,
+          want=[np.zeros(out, dtype)])
+
+
+def test_conv_no_input_channels():
+    """A float32 conv over 0 input channels (depth 0: not for the packed GEMM) gives its bias."""
+    b = _rand(4, seed=2)
+    check("Conv", [("x", np.zeros((1, 0, 3, 3), F32), False), ("w", np.zeros((4, 0, 1, 1), F32), True),
+                   ("b", b, True)], 11, want=[np.broadcast_to(b[None, :, None, None], (1, 4, 3, 3))])
+
+
 @pytest.mark.parametrize("xs,ws,attrs,bias", CONV_CASES[::3])
 def test_conv_f64(xs, ws, attrs, bias):
     b = _rand(ws[0], F64, seed=2) if bias else None

@@ -316,7 +316,10 @@ def build_conv(node):
             tuple(out) == tuple(xs[2:])
         taps = kconv.tap_table(k3[2], d3[2], p3[2], s3[2], xs[-1], o3[2])
         nth = numba.get_num_threads()
-        if _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+        if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
+            mode = "empty"
+            tile_rows = m_blocks = units = 0
+        elif _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
             mode = "winograd"
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
@@ -329,7 +332,7 @@ def build_conv(node):
             mode = "pointwise" if pointwise else "gemm"
             tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
                                               nth > 1 and work >= PARALLEL_GRAIN)
-            if itemsize == 4 and (pointwise or kk <= PACKED_IM2COL_MAX_K):  # packed_gemm's microkernel, not BLAS
+            if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K):  # packed_gemm, not BLAS
                 mode = "packed-pointwise" if pointwise else "packed"
                 tile_rows, m_blocks = _packed_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, nth,
                                                     nth > 1 and work >= PARALLEL_GRAIN)
@@ -345,6 +348,8 @@ def build_conv(node):
         if z is not None and z.shape != shape:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
         consts = act.consts(x.dtype)
+        if mode == "empty":
+            return (np.zeros(shape, dtype=x.dtype),)
         if mode == "winograd":
             y = np.empty(shape, dtype=x.dtype)
             zz = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
