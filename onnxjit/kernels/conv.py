@@ -25,8 +25,8 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
-from onnxjit.kernels.linalg import CLIP, IDENTITY, RELU, activate
-from onnxjit.kernels.packed_gemm import MR, gemm_blocked, gemm_packed, scratch_size
+from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
+from onnxjit.kernels.packed_gemm import MR, aligned_start, gemm_blocked, gemm_packed, scratch_size
 from onnxjit.kernels.simd import LANES
 
 
@@ -127,13 +127,22 @@ def _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _unit(u, n_mb, ntiles, group):
-    """(channel block, tile, group, image) of a conv_gemm / conv_packed work unit."""
+def work_unit(u, n_mb, ntiles, group):
+    """(channel block, tile, group, image) of work unit u, channel blocks varying fastest: the units of conv_gemm,
+    conv_packed and conv_transpose's kernel."""
     mblk = u % n_mb
     rest = u // n_mb
     tile = rest % ntiles
     rest //= ntiles
     return mblk, tile, rest % group, rest // group
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _tile_span(tile, tile_rows, nrows, ow):
+    """(first row, end row, first pixel, pixels) of output tile `tile` (rows of ow pixels)."""
+    r0 = tile * tile_rows
+    r1 = min(nrows, r0 + tile_rows)
+    return r0, r1, r0 * ow, (r1 - r0) * ow
 
 
 @njit(cache=True, nogil=True)
@@ -159,11 +168,8 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointw
     n_mb = (mg + m_block - 1) // m_block
     colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=out.dtype)
     for u in range(u0, u1):
-        mblk, tile, g, n = _unit(u, n_mb, ntiles, group)
-        r0 = tile * tile_rows
-        r1 = min(nrows, r0 + tile_rows)
-        npx = (r1 - r0) * ow
-        p0 = r0 * ow
+        mblk, tile, g, n = work_unit(u, n_mb, ntiles, group)
+        r0, r1, p0, npx = _tile_span(tile, tile_rows, nrows, ow)
         m0 = g * mg + mblk * m_block
         m1 = min(g * mg + mg, m0 + m_block)
         if pointwise:
@@ -200,19 +206,12 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
     n_mb = (mg + m_block - 1) // m_block
     # the im2col matrix is written straight into packed_gemm's blocks of columns, 64-byte aligned
     colbuf = np.empty(0 if pointwise else kk * (-(-tile_rows * ow // LANES) + 1) * LANES, dtype=np.float32)
-    col0 = 0 if pointwise else (-(colbuf.ctypes.data // 4)) % LANES
+    col0 = 0 if pointwise else aligned_start(colbuf)
     scratch = np.empty(scratch_size(kk, chunk), dtype=np.float32)
-    lo, hi = -np.inf, np.inf
-    if z.size == 0 and (kind == RELU or kind == CLIP):
-        lo, hi = (0.0, np.inf) if kind == RELU else (act[0], act[1])
-        kind = IDENTITY
-    lo, hi = np.float32(lo), np.float32(hi)
+    lo, hi, kind = register_clamp(kind, act, z.size > 0)
     for u in range(u0, u1):
-        mblk, tile, g, n = _unit(u, n_mb, ntiles, group)
-        r0 = tile * tile_rows
-        r1 = min(nrows, r0 + tile_rows)
-        npx = (r1 - r0) * ow
-        p0 = r0 * ow
+        mblk, tile, g, n = work_unit(u, n_mb, ntiles, group)
+        r0, r1, p0, npx = _tile_span(tile, tile_rows, nrows, ow)
         i0 = mblk * m_block
         i1 = min(mg, i0 + m_block)
         c0 = (n * m_out + g * mg + i0) * nrows * ow + p0

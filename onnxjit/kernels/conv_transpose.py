@@ -23,6 +23,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
+from onnxjit.kernels.conv import work_unit
 
 
 @njit(cache=True, inline="always")
@@ -107,12 +108,7 @@ def conv_transpose(x, wt, bias, k, s, d, p, taps, tile_planes, m_blocks, chunk_p
     of = out.reshape(-1)
     colbuf = np.empty(mb * kvol * chunk_planes * plane, dtype=out.dtype)
     for u in range(u0, u1):
-        mblk = u % m_blocks
-        rest = u // m_blocks
-        tile = rest % n_tiles
-        rest //= n_tiles
-        g = rest % group
-        n = rest // group
+        mblk, tile, g, n = work_unit(u, m_blocks, n_tiles, group)
         r0 = tile * tile_planes
         r1 = min(od, r0 + tile_planes)
         m0 = mblk * mb

@@ -134,11 +134,7 @@ def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, c
     registers where there is no C."""
     m, kk = a.shape
     n_cb = (n + cols - 1) // cols
-    lo, hi = -np.inf, np.inf
-    if not has_c and (kind == RELU or kind == CLIP):
-        lo, hi = (0.0, np.inf) if kind == RELU else (act[0], act[1])
-        kind = IDENTITY
-    lo, hi = np.float32(lo), np.float32(hi)
+    lo, hi, kind = register_clamp(kind, act, has_c)
     scratch = np.empty(packed_gemm.prepacked_scratch_size(kk, rows), dtype=np.float32)
     of = out.reshape(-1)
     for blk in range(blk0, blk1):
@@ -150,6 +146,18 @@ def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, c
                                    of, m0 * n + n0, n, scratch, lo, hi)
         if has_c or kind != IDENTITY:
             _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def register_clamp(kind, act, added_after):
+    """(lo, hi, kind left for the epilogue) of packed_gemm's in-register clamp: a Relu or Clip becomes the float32
+    bounds and leaves IDENTITY, unless a term is `added_after` the product (a residual, Gemm's C), which the
+    activation must follow; any other activation keeps (-inf, inf) and stays for the epilogue."""
+    lo, hi = -np.inf, np.inf
+    if not added_after and (kind == RELU or kind == CLIP):
+        lo, hi = (0.0, np.inf) if kind == RELU else (act[0], act[1])
+        kind = IDENTITY
+    return np.float32(lo), np.float32(hi), kind
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -89,8 +89,7 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     b_rs = _u(b_rs)
     c0 = _u(c0)
     c_rs = _u(c_rs)
-    # the packed chunk of b starts on a 64-byte boundary: each of the microkernel's loads is one cache line
-    bp0 = _u((-(scratch.ctypes.data // 4)) % LANES)
+    bp0 = _u(aligned_start(scratch))
     ct = bp0 + _u(k * chunk)  # the scratch tile for the last, partial block of columns
     a0 = g0 + _u(panel0 * panel_size)
     panels = panel1 - panel0
@@ -157,6 +156,13 @@ def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
             else:
                 for q in range(LANES):
                     bp[row + _u(q)] = bf[src + _u(q)] if q < w else np.float32(0)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def aligned_start(buf):
+    """The first index of the float32 `buf` on a LANES-float boundary (64 bytes with 16 lanes): packed blocks
+    start there, so each of the microkernel's loads is whole cache lines."""
+    return (-(buf.ctypes.data // 4)) % LANES
 
 
 @njit(cache=True, nogil=True)
