@@ -3,31 +3,34 @@ the calling thread and the pool's workers.
 
 The kernels are serial `nogil` Numba functions over a range [u0, u1) of units. Compared with numba's prange this
 compiles several times faster (no parfor lowering, no second copy of the kernel linked into a driver: +75% cold
-compile time measured on conv_gemm). The cost to beat is the hand-off: on the 2-core Sapphire Rapids VM, waking a
-sleeping thread (a futex wait, an idle vCPU) took 30-50 us each way; a ThreadPoolExecutor round trip with no work
-took 80 us, and models ran slower on 2 threads than on 1 (mobilenet_v2 15.1 vs 12.6 ms, shufflenet 11.0 vs 5.9
-ms). So, as onnxruntime's and OpenMP's pools do, the workers spin:
+compile time measured on conv_gemm; a prange driver around an already compiled conv_packed took 4.7 s more).
 
-* A worker waits in native code, the GIL released, polling a generation counter (an atomic load and a `pause` per
-  poll) for SPIN_SECONDS after its last share of work, then sleeps on a condition until the next job.
-* Every share is one dispatch of the kernel, and a dispatch needs the GIL; a thread that finds the GIL taken
-  sleeps on it and is woken as slowly as above. Hence one contiguous share per thread (not many small chunks),
-  and a worker that sees a new job lingers LINGER_SECONDS in native code first: by then the caller has entered
-  its own share's kernel, which releases the GIL. The caller waits for the others' shares in native code too,
-  and a worker reports its finished shares from native code, after releasing the GIL (`_report_and_wait`): the
-  caller, seeing them, takes a free GIL. With the count bumped in Python, the caller woke while the worker
-  still held the GIL and slept on it: two 47 us shares of a 2-unit job took 65-75 us on the AMD Zen 3 VM, 55-59
-  reported natively (4 us of linger; 10 us, tuned before on Sapphire Rapids, 59-62; 1 us, 62, the worker then
-  reaching for the GIL while the caller was still unboxing a 17-argument kernel's arguments).
-* The caller takes shares first and then any share no worker has claimed yet, so a worker descheduled on a busy
-  machine delays nothing but its own claimed share.
-* One job at a time: a thread calling `run_units` while another thread's job runs runs its kernel alone.
+The cost to beat is the hand-off. Waking a sleeping thread (a futex wait, an idle vCPU) took 30-50 us each way on
+the 2-core VMs, so, as onnxruntime's and OpenMP's pools do, the workers spin (polling with `pause`, yielding the
+core every YIELD_SECONDS) for SPIN_SECONDS after their last share before they sleep on a condition. And a
+worker never takes the GIL to run a share: when workers called the kernel's dispatcher, each share waited for
+the GIL (the caller holds it until its own share's kernel starts) and paid the dispatch, and a 2-share job cost
+10-13 us more than one call (AMD Zen 3 VM), most of a small conv's gain from the second thread.
+
+So a job is published as native values in the `_state` array: `_launch`, compiled once per argument-tuple type,
+stores the unboxed arguments in its own stack frame and publishes their address, the kernel's native entry point
+and a share entry (`_share_entry`, emitted into `_launch`'s module) that loads the arguments and calls the
+kernel through that pointer, with the kernel's own calling convention. Every participant, the caller included,
+claims shares with one compare-and-swap on the _CLAIM word (job number, shares, next share: a worker late for a
+job can never claim a share of the next one) and runs them through the share entry; `_launch` returns when all
+shares are done, so its frame outlives every use of the arguments. The same 2-share job costs 2-4 us more than
+one call. A share that raises is counted, and the job runs again on the caller through the dispatcher, which
+raises the kernel's exception with its message.
+
+A kernel's entry point is looked up once per kernel and argument fingerprint (Numba's, in C: 2 us for 18
+arguments) after the dispatcher has compiled it: the first call of each signature runs on the caller alone.
+Plain Python callables (and a caller finding the pool busy with another thread's job) run on the caller too.
 
 Workers are pinned one to a core (onnxjit.affinity); the caller's thread is never pinned.
 """
 from __future__ import annotations
 
-import itertools
+import hashlib
 import platform
 import threading
 import time
@@ -35,9 +38,12 @@ import time
 import numba
 import numpy as np
 from llvmlite import ir
-from numba import types
-from numba.core import cgutils
+from numba import typeof, types
+from numba._dispatcher import compute_fingerprint
+from numba.core import callconv, cgutils
+from numba.core.dispatcher import Dispatcher
 from numba.core.extending import intrinsic
+from numba.np.ufunc import parallel as numba_parallel
 
 from onnxjit import affinity
 from onnxjit.cache.jit import njit
@@ -47,39 +53,78 @@ from onnxjit.cache.jit import njit
 PARALLEL_GRAIN = 1 << 17
 CHUNKS_PER_THREAD = 4  # blocks some ops cut their work into, per thread (linalg, conv_transpose)
 SPIN_SECONDS = 2e-3  # a worker polls this long after its last share before it sleeps
-LINGER_SECONDS = 4e-6  # a worker that sees a new job waits this long, GIL released, before taking the GIL
-WAIT_BURST_SECONDS = 1e-3  # the caller's native wait for others' shares, between checks from Python
 YIELD_SECONDS = 20e-6  # a polling thread yields its core this often
+MAX_SHARES = 0xFFFF  # shares of one job: a 16-bit field of the _CLAIM word
 
-_GENERATION, _DONE = 0, 1
+# the state array: _CLAIM = job number << 32 | shares << 16 | next share; shares done and failed; the job's share
+# entry, argument block and kernel addresses and its unit count (written before _CLAIM publishes the job)
+_CLAIM, _DONE, _FAILED, _ENTRY, _ARGS, _FN, _UNITS = range(7)
+_STATE_SIZE = 8
 _X86 = platform.machine().lower() in ("x86_64", "amd64", "i386", "i686")
+_I8P = ir.IntType(8).as_pointer()
+_SHARE_ENTRY_TYPE = ir.FunctionType(ir.IntType(32), [_I8P, _I8P, ir.IntType(64), ir.IntType(64)])
+
+
+def _int64_array(arr):
+    return isinstance(arr, types.Array) and arr.dtype == types.int64
+
+
+def _slot(context, builder, arrty, arr, i):
+    a = context.make_array(arrty)(context, builder, value=arr)
+    return builder.gep(a.data, [i])
 
 
 @intrinsic
 def _load_acquire(typingctx, arr, i):
     """arr[i] of an int64 array, read with an atomic acquire load: a poll loop sees other threads' stores."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
+    if not _int64_array(arr):
         return None
 
     def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, value=args[0])
-        return builder.load_atomic(builder.gep(a.data, [args[1]]), "acquire", 8)
+        return builder.load_atomic(_slot(context, builder, signature.args[0], args[0], args[1]), "acquire", 8)
 
     return types.int64(arr, types.intp), codegen
 
 
 @intrinsic
-def _fetch_add(typingctx, arr, i, v):
-    """arr[i] += v on an int64 array as one atomic read-modify-write (acquire-release)."""
-    if not (isinstance(arr, types.Array) and arr.dtype == types.int64):
+def _store_release(typingctx, arr, i, v):
+    """arr[i] = v on an int64 array, an atomic release store: the stores before it are seen by whoever reads it."""
+    if not _int64_array(arr):
         return None
 
     def codegen(context, builder, signature, args):
-        a = context.make_array(signature.args[0])(context, builder, value=args[0])
         v = context.cast(builder, args[2], signature.args[2], types.int64)
-        return builder.atomic_rmw("add", builder.gep(a.data, [args[1]]), v, "acq_rel")
+        builder.store_atomic(v, _slot(context, builder, signature.args[0], args[0], args[1]), "release", 8)
+        return context.get_dummy_value()
+
+    return types.void(arr, types.intp, types.int64), codegen
+
+
+@intrinsic
+def _fetch_add(typingctx, arr, i, v):
+    """arr[i] += v on an int64 array as one atomic read-modify-write (acquire-release)."""
+    if not _int64_array(arr):
+        return None
+
+    def codegen(context, builder, signature, args):
+        v = context.cast(builder, args[2], signature.args[2], types.int64)
+        return builder.atomic_rmw("add", _slot(context, builder, signature.args[0], args[0], args[1]), v, "acq_rel")
 
     return types.int64(arr, types.intp, types.intp), codegen
+
+
+@intrinsic
+def _compare_swap(typingctx, arr, i, expected, new):
+    """Atomically: if arr[i] == expected, arr[i] = new; whether it did (acquire-release)."""
+    if not _int64_array(arr):
+        return None
+
+    def codegen(context, builder, signature, args):
+        pair = builder.cmpxchg(_slot(context, builder, signature.args[0], args[0], args[1]), args[2], args[3],
+                               "acq_rel", "acquire")
+        return builder.extract_value(pair, 1)
+
+    return types.boolean(arr, types.intp, types.int64, types.int64), codegen
 
 
 @intrinsic
@@ -106,44 +151,121 @@ def _sched_yield(typingctx):
     return types.int32(), codegen
 
 
+def _share_entry(context, module, tuple_type):
+    """`i32 entry(i8* arguments, i8* kernel, i64 u0, i64 u1)` in `module`: loads the argument tuple (a
+    `tuple_type` value) from `arguments` and calls `kernel`, a Numba function compiled for the tuple's member
+    types and u0, u1, with Numba's calling convention; returns 1 where the kernel raised, else 0."""
+    name = "onnxjit_share_" + hashlib.sha256(str(tuple_type).encode()).hexdigest()[:24]
+    if name in module.globals:
+        return module.globals[name]
+    fn = ir.Function(module, _SHARE_ENTRY_TYPE, name)
+    fn.linkage = "internal"
+    builder = ir.IRBuilder(fn.append_basic_block())
+    arguments, kernel, u0, u1 = fn.args
+    tup = builder.load(builder.bitcast(arguments, context.get_value_type(tuple_type).as_pointer()))
+    argtys = tuple(tuple_type.types) + (types.int64, types.int64)
+    values = [builder.extract_value(tup, i) for i in range(len(tuple_type.types))] + [u0, u1]
+    conv = context.call_conv
+    callee = builder.bitcast(kernel, conv.get_function_type(types.none, argtys).as_pointer())
+    retty = conv.get_return_type(types.none).pointee
+    ret = cgutils.alloca_once(builder, retty)
+    builder.store(cgutils.get_null_value(retty), ret)
+    excinfo = cgutils.alloca_once(builder, ir.PointerType(callconv.excinfo_t))
+    code = builder.call(callee, [ret, excinfo] + list(conv._get_arg_packer(argtys).as_arguments(builder, values)))
+    status = conv._get_return_status(builder, code, builder.load(excinfo))
+    builder.ret(builder.zext(status.is_error, ir.IntType(32)))
+    return fn
+
+
+@intrinsic
+def _publish(typingctx, args):
+    """(address of a copy of the tuple `args` in this function's frame, address of its share entry)."""
+    if not isinstance(args, types.BaseTuple):
+        return None
+
+    def codegen(context, builder, signature, cargs):
+        copy = cgutils.alloca_once(builder, context.get_value_type(signature.args[0]))
+        builder.store(cargs[0], copy)
+        entry = _share_entry(context, builder.module, signature.args[0])
+        i64 = ir.IntType(64)
+        return context.make_tuple(builder, signature.return_type,
+                                  [builder.ptrtoint(copy, i64), builder.ptrtoint(entry, i64)])
+
+    return types.UniTuple(types.int64, 2)(args), codegen
+
+
+@intrinsic
+def _call_share_entry(typingctx, entry, arguments, kernel, u0, u1):
+    """entry(arguments, kernel, u0, u1), all int64 (addresses and units): 1 where the kernel raised."""
+    def codegen(context, builder, signature, cargs):
+        fn = builder.inttoptr(cargs[0], _SHARE_ENTRY_TYPE.as_pointer())
+        return builder.call(fn, [builder.inttoptr(cargs[1], _I8P), builder.inttoptr(cargs[2], _I8P), cargs[3],
+                                 cargs[4]])
+
+    return types.int32(types.int64, types.int64, types.int64, types.int64, types.int64), codegen
+
+
 @njit(cache=True, nogil=True)
-def _wait_for_change(state, i, seen, polls, linger, yield_every):
-    """Poll state[i] up to `polls` times until it differs from `seen`, yielding the core every `yield_every`
-    polls; then pause `linger` times more. Returns the last value read (`seen` when it never changed)."""
-    for k in range(polls):
-        v = _load_acquire(state, i)
-        if v != seen:
-            for _ in range(linger):
-                _pause()
-            return v
+def _run_shares(state, job):
+    """Claim and run shares of job number `job` until none is left."""
+    while True:
+        claim = _load_acquire(state, _CLAIM)
+        if claim >> 32 != job:
+            return
+        n_shares = (claim >> 16) & MAX_SHARES
+        share = claim & MAX_SHARES
+        if share >= n_shares:
+            return
+        if not _compare_swap(state, _CLAIM, claim, claim + 1):
+            continue
+        n_units = state[_UNITS]
+        failed = _call_share_entry(state[_ENTRY], state[_ARGS], state[_FN], n_units * share // n_shares,
+                                   n_units * (share + 1) // n_shares)
+        if failed:
+            _fetch_add(state, _FAILED, 1)
+        _fetch_add(state, _DONE, 1)
+
+
+@njit(cache=True, nogil=True)
+def _launch(state, args, kernel, n_units, n_shares, yield_every):
+    """Run kernel(*args, u0, u1) (`kernel` its native entry point) over n_shares shares of [0, n_units) on this
+    thread and the workers polling `state`; returns how many shares raised."""
+    arguments, entry = _publish(args)
+    job = ((_load_acquire(state, _CLAIM) >> 32) + 1) & 0x7FFFFFFF
+    state[_ENTRY] = entry
+    state[_ARGS] = arguments
+    state[_FN] = kernel
+    state[_UNITS] = n_units
+    state[_DONE] = 0
+    state[_FAILED] = 0
+    _store_release(state, _CLAIM, (job << 32) | (n_shares << 16))
+    _run_shares(state, job)
+    polls = 0
+    while _load_acquire(state, _DONE) < n_shares:  # the frame holding the arguments outlives every share
         _pause()
-        if k % yield_every == yield_every - 1:
+        polls += 1
+        if polls % yield_every == 0:
             _sched_yield()
-    return _load_acquire(state, i)
+    return state[_FAILED]
 
 
 @njit(cache=True, nogil=True)
-def _report_and_wait(state, finished, seen, polls, linger, yield_every):
-    """A worker's end of a job: add the shares it `finished` to state[_DONE], then wait for the next generation
-    as _wait_for_change does. The add happens here, with the GIL already released: the caller, seeing the job
-    done, takes the GIL at once instead of sleeping on it while the worker still ran Python code (a GIL
-    hand-off cost 10 us or more on the 2-core VMs)."""
-    if finished:
-        _fetch_add(state, _DONE, finished)
-    return _wait_for_change(state, _GENERATION, seen, polls, linger, yield_every)
-
-
-@njit(cache=True, nogil=True)
-def _wait_for_at_least(state, i, target, polls, yield_every):
-    """Poll state[i] up to `polls` times until it reaches `target`; returns the last value read."""
-    for k in range(polls):
-        v = _load_acquire(state, i)
-        if v >= target:
-            return v
+def _serve(state, seen, polls, yield_every):
+    """A worker's loop: run the shares of each job newer than `seen`; after `polls` polls without a new job,
+    return the last job number seen."""
+    idle = 0
+    while idle < polls:
+        job = _load_acquire(state, _CLAIM) >> 32
+        if job != seen:
+            seen = job
+            _run_shares(state, job)
+            idle = 0
+            continue
         _pause()
-        if k % yield_every == yield_every - 1:
+        idle += 1
+        if idle % yield_every == 0:
             _sched_yield()
-    return _load_acquire(state, i)
+    return seen
 
 
 @njit(cache=True, nogil=True)
@@ -152,44 +274,44 @@ def _pauses(n):
         _pause()
 
 
-class _Job:
-    """One run_units call: contiguous shares of the units, claimed one at a time under the GIL."""
+_launchers: dict = {}
 
-    __slots__ = ("kernel", "args", "bounds", "claims", "errors")
 
-    def __init__(self, kernel, args, bounds):
-        self.kernel, self.args, self.bounds = kernel, args, bounds
-        self.claims = itertools.count()  # next() is atomic under the GIL
-        self.errors = []
-
-    def run_shares(self) -> int:
-        """Claim and run shares until none is left; returns how many this thread ran."""
-        n_shares = len(self.bounds) - 1
-        finished = 0
-        while True:
-            i = next(self.claims)
-            if i >= n_shares:
-                return finished
-            try:
-                self.kernel(*self.args, self.bounds[i], self.bounds[i + 1])
-            except BaseException as e:  # noqa: BLE001 - re-raised on the calling thread
-                self.errors.append(e)
-            finished += 1
+def _launcher(kernel, args, state):
+    """(kernel's native entry point for `args` + (u0, u1), `_launch`'s compiled wrapper for `args`), or None: not
+    a Numba dispatcher, an argument Numba's fingerprints do not cover, or not compiled for these types yet.
+    Calling `_launch`'s wrapper directly skips a second type dispatch on the same arguments (1 us)."""
+    if not isinstance(kernel, Dispatcher):
+        return None
+    try:
+        key = (kernel, tuple(map(compute_fingerprint, args)))
+    except (TypeError, ValueError, NotImplementedError):
+        return None
+    found = _launchers.get(key)
+    if found is None:
+        argtys = tuple(kernel.typeof_pyval(a) for a in args)
+        cres = kernel.overloads.get(argtys + (types.int64, types.int64))
+        if cres is None:
+            return None
+        launch_sig = (typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64)
+        if launch_sig not in _launch.overloads:
+            _launch.compile(launch_sig)
+        found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
+                                   _launch.overloads[launch_sig].entry_point)
+    return found
 
 
 class WorkerPool:
     def __init__(self):
-        self._state = np.zeros(2, dtype=np.int64)  # generation of the current job, shares it has finished
-        self._job = None
+        self._state = np.zeros(_STATE_SIZE, dtype=np.int64)
         self._workers = 0
         self._sleepers = 0
+        self._wakes = 0  # bumped to wake the sleeping workers
         self._cond = threading.Condition()
         self._busy = threading.Lock()
         self._grow_lock = threading.Lock()
         per_pause = self._seconds_per_pause()
         self._spin_polls = max(1, int(SPIN_SECONDS / per_pause))
-        self._linger = max(1, int(LINGER_SECONDS / per_pause))
-        self._wait_polls = max(1, int(WAIT_BURST_SECONDS / per_pause))
         self._yield_every = max(1, int(YIELD_SECONDS / per_pause))
 
     @staticmethod
@@ -210,46 +332,35 @@ class WorkerPool:
     def _work(self, k: int) -> None:
         affinity.pin_this_thread_as_worker(k)
         state = self._state
-        seen = int(state[_GENERATION])
-        finished = 0
+        seen = int(state[_CLAIM]) >> 32
         while True:
-            generation = int(_report_and_wait(state, finished, seen, self._spin_polls, self._linger,
-                                              self._yield_every))
-            finished = 0
-            if generation == seen:
-                with self._cond:
-                    self._sleepers += 1
-                    self._cond.wait_for(lambda: int(state[_GENERATION]) != seen)
-                    self._sleepers -= 1
-                    generation = int(state[_GENERATION])
-            seen = generation
-            job = self._job
-            if job is not None:
-                finished = job.run_shares()
+            seen = int(_serve(state, seen, self._spin_polls, self._yield_every))
+            with self._cond:
+                wakes = self._wakes
+                self._sleepers += 1
+                self._cond.wait_for(lambda: self._wakes != wakes or int(state[_CLAIM]) >> 32 != seen)
+                self._sleepers -= 1
 
     def run(self, kernel, args, n_units: int, threads: int) -> None:
-        if not self._busy.acquire(blocking=False):  # another thread's job holds the workers
+        found = _launcher(kernel, args, self._state)
+        if found is None or not self._busy.acquire(blocking=False):  # another thread's job holds the workers
             kernel(*args, 0, n_units)
             return
         try:
-            self._ensure_workers(threads - 1)
-            n_shares = min(threads, n_units)
-            job = _Job(kernel, args, [n_units * i // n_shares for i in range(n_shares + 1)])
-            state = self._state
-            state[_DONE] = 0
-            self._job = job
-            state[_GENERATION] += 1
+            if self._workers < threads - 1:
+                self._ensure_workers(threads - 1)
             if self._sleepers:
                 with self._cond:
+                    self._wakes += 1
                     self._cond.notify_all()
-            others = n_shares - job.run_shares()
-            while int(_wait_for_at_least(state, _DONE, others, self._wait_polls, self._yield_every)) < others:
-                pass
-            self._job = None
-            if job.errors:
-                raise job.errors[0]
+            entry, launch = found
+            failed = launch(self._state, args, entry, n_units, min(threads, n_units, MAX_SHARES), self._yield_every)
         finally:
             self._busy.release()
+        if failed:
+            kernel(*args, 0, n_units)  # on this thread, through the dispatcher: raises the kernel's error
+            raise RuntimeError(f"{kernel.__name__}: a share raised on a worker thread but not when run again on "
+                               f"the caller's; its output may be incomplete")
 
 
 _pool = None
@@ -273,7 +384,9 @@ def run_units(kernel, args, n_units, work):
     if n_units <= 1 or work < PARALLEL_GRAIN:
         kernel(*args, 0, n_units)
         return
-    threads = numba.get_num_threads()
+    # numba.get_num_threads less its launch check (1 us): the C getter exists once Numba's threads are launched
+    get = getattr(numba_parallel, "_get_num_threads", None)
+    threads = get() if get is not None else numba.get_num_threads()
     if threads <= 1:
         kernel(*args, 0, n_units)
         return

@@ -1,5 +1,6 @@
 """onnxjit.worker_pool: every unit runs exactly once, on the caller and the workers, errors reach the caller, and
-callers on several threads at once each get their whole job done."""
+callers on several threads at once each get their whole job done; kernels of every argument kind go through the
+native hand-off."""
 from __future__ import annotations
 
 import concurrent.futures
@@ -35,29 +36,75 @@ def test_every_unit_runs_once(two_threads, n_units):
         assert (hits == 1).all()
 
 
+@njit(cache=True, nogil=True)
+def _meet(started, met, polls, u0, u1):
+    """Each share announces itself, then waits (up to `polls` polls) for the other: met[u0] = 1 when both ran at
+    once, which only happens on two threads."""
+    worker_pool._fetch_add(started, 0, 1)
+    for _ in range(polls):
+        if worker_pool._load_acquire(started, 0) >= 2:
+            met[u0] = 1
+            return
+        worker_pool._pause()
+
+
 def test_shares_run_on_the_workers_too(two_threads):
     if two_threads < 2:
         pytest.skip("one thread allowed: nothing to share")
-    names = set()
+    polls = 1 << 26  # seconds of polling: far longer than a worker takes to claim the other share
+    started, met = np.zeros(1, np.int64), np.zeros(2, np.int64)
+    _meet(started, met, 1, 0, 0)  # compiles (a first call runs on the caller alone)
+    for _ in range(3):
+        started[:] = 0
+        met[:] = 0
+        worker_pool.run_units(_meet, (started, met, polls), 2, worker_pool.PARALLEL_GRAIN)
+        assert met.tolist() == [1, 1]
 
-    def note(u0, u1):
-        names.add(threading.current_thread().name)
-        threading.Event().wait(0.01)  # long enough for a worker to claim the other share
 
-    worker_pool.run_units(note, (), 2, worker_pool.PARALLEL_GRAIN)
-    assert any(n.startswith("onnxjit-cpu") for n in names), names
+@njit(cache=True, nogil=True)
+def _fail_on_last(hits, u0, u1):
+    for u in range(u0, u1):
+        if u == hits.size - 1:
+            raise ValueError("the last unit failed")
+        hits[u] += 1
 
 
 def test_an_error_in_a_share_reaches_the_caller(two_threads):
-    def fail_on_last(u0, u1):
-        if u1 == 8:
-            raise ValueError("unit 7 failed")
-
-    with pytest.raises(ValueError, match="unit 7 failed"):
-        worker_pool.run_units(fail_on_last, (), 8, worker_pool.PARALLEL_GRAIN)
+    hits = np.zeros(8, dtype=np.int64)
+    for _ in range(3):  # the first call compiles on the caller; later ones raise in a worker's share or the caller's
+        with pytest.raises(ValueError, match="the last unit failed"):
+            worker_pool.run_units(_fail_on_last, (hits,), 8, worker_pool.PARALLEL_GRAIN)
     hits = np.zeros(8, dtype=np.int64)  # the pool still works afterwards
     worker_pool.run_units(_count_units, (hits,), 8, worker_pool.PARALLEL_GRAIN)
     assert (hits == 1).all()
+
+
+@njit(cache=True, nogil=True)
+def _mixed_arguments(out, ro_in, shape, scale, flag, consts, u0, u1):
+    for u in range(u0, u1):
+        v = ro_in[u] * scale + consts[0] - consts[1]
+        out[u] = v if flag else -v
+        out[u] += shape[0] - shape[1]
+
+
+def test_arguments_of_every_kind(two_threads):
+    """Arrays (writable and read-only), tuples, floats, bools: unpacked by the share entry as the kernel's
+    dispatcher would pass them."""
+    src = np.arange(1000, dtype=np.float32)
+    src.flags.writeable = False
+    want = src * np.float32(2.5) + np.float32(1.5 - 0.5) + (7 - 3)
+    for _ in range(3):
+        out = np.zeros(1000, dtype=np.float32)
+        worker_pool.run_units(_mixed_arguments, (out, src, (7, 3), np.float32(2.5), True, (1.5, 0.5)), 1000,
+                              worker_pool.PARALLEL_GRAIN)
+        np.testing.assert_allclose(out, want, rtol=1e-6)
+
+
+def test_python_callables_run_on_the_caller(two_threads):
+    names = []
+    worker_pool.run_units(lambda u0, u1: names.append((threading.current_thread().name, u0, u1)), (), 4,
+                          worker_pool.PARALLEL_GRAIN)
+    assert names == [(threading.current_thread().name, 0, 4)]
 
 
 def test_callers_on_several_threads(two_threads):

@@ -11,8 +11,8 @@ The arrays, one record per node of every tree (the trees' nodes side by side):
                      membership (`same_mode` MIXED)
 Per tree: trees[t] = (root, depth: the longest root-to-leaf path in tests).
 
-`predict` runs the rows [r0, r1) (the units ops.nn.run_units hands out; serial and nogil). It takes blocks of
-`block` rows: for each tree, every row of the block steps once per tree level in turn (lockstep, branch-free),
+`predict` runs the blocks [u0, u1) of `block` rows (the units onnxjit.worker_pool.run_units hands out; serial and
+nogil): for each tree, every row of the block steps once per tree level in turn (lockstep, branch-free),
 so the rows' walks are independent chains of loads that overlap, and the block's rows and the tree's nodes stay
 in cache; then the block adds its leaves. A single row walks GROUP trees in lockstep instead. Aggregation and
 finalization follow onnxruntime's TreeAggregator* (see _finalize).
@@ -246,9 +246,9 @@ def _walk_row(xf, o, nodes, thr, trees, missing):
 
 
 @njit(cache=True, nogil=True)
-def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, params, z, label, r0, r1):
-    """Scores z[r] (float32 [N, outputs]) and labels label[r] (int64, classifiers) of the rows [r0, r1) of x
-    ([N, F] C-contiguous, the compare dtype). nodes: [4 * n] records (fc, threshold bits, true child, false
+def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, params, z, label, u0, u1):
+    """Scores z[r] (float32 [N, outputs]) and labels label[r] (int64, classifiers) of the rows of x in the blocks
+    [u0, u1) of params[P_BLOCK] rows (x [N, F] C-contiguous, in the compare dtype). nodes: [4 * n] records (fc, threshold bits, true child, false
     child), int32 for float32 thresholds and int64 for float64 ones, and thr the same memory viewed as the
     thresholds' dtype (one record, 16 or 32 bytes, holds all a step reads); slot: each leaf's row of lval;
     trees: int32 [T, 2] (root, depth); params: the P_* settings.
@@ -274,6 +274,7 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
     lane_off = np.empty(block, np.uint32)  # where each lane's row starts in xf
     lane_row = np.zeros(block, np.int64)  # each lane's row in the block
     nbase = base.shape[0]
+    r0, r1 = u0 * block, min(x.shape[0], u1 * block)
     u1, u2, u3, u4 = np.uint32(1), np.uint32(2), np.uint32(3), np.uint32(4)
     for b0 in range(r0, r1, block):
         nb = min(block, r1 - b0)

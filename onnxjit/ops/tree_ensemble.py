@@ -67,7 +67,7 @@ from onnx import TensorProto as T
 
 from onnxjit.kernels import tree_ensemble as k
 from onnxjit.ops.ml_common import Attrs, declare_outputs
-from onnxjit.ops.nn import PARALLEL_GRAIN, run_units
+from onnxjit.ops.nn import run_units
 from onnxjit.ops.registry import input_tensor_types, register_op
 
 DOMAIN = "ai.onnx.ml"
@@ -511,20 +511,13 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
             xs, zs, ls = (x, z, label) if r1 - r0 == rows else (x[r0:r1], z[r0:r1], label[r0:r1])
             n = r1 - r0
             work = n * work_per_row
-            if n <= BLOCK or work < PARALLEL_GRAIN:
-                predict(xs, *args, zs, ls, 0, n)
-            else:
-                run_units(_blocks, (predict, xs, args, zs, ls, n), (n + BLOCK - 1) // BLOCK, work)
+            run_units(predict, (xs, *args, zs, ls), (n + BLOCK - 1) // BLOCK, work)
         if z.dtype != out_dtype:
             z = z.astype(out_dtype)
         if kind != k.CLASSIFIER_N:
             return (z,)
         return (string_labels[label] if string_labels is not None else label, z)
     return run
-
-
-def _blocks(predict, x, args, z, label, rows, u0, u1):
-    predict(x, *args, z, label, u0 * BLOCK, min(rows, u1 * BLOCK))
 
 
 def _input_dtype(node):
