@@ -338,7 +338,7 @@ class WorkerPool:
             with self._cond:
                 wakes = self._wakes
                 self._sleepers += 1
-                self._cond.wait_for(lambda: self._wakes != wakes or int(state[_CLAIM]) >> 32 != seen)
+                self._cond.wait_for(lambda w=wakes, s=seen: self._wakes != w or int(state[_CLAIM]) >> 32 != s)
                 self._sleepers -= 1
 
     def run(self, kernel, args, n_units: int, threads: int) -> None:
