@@ -341,38 +341,60 @@ def build_conv(node):
                           tile_rows, m_blocks, units, work)
         return p
 
-    def run(x, w, b=None, z=None):
-        shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = \
-            plan(x.shape, w.shape, x.dtype.itemsize)
-        bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
-        if z is not None and z.shape != shape:
-            raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
-        consts = act.consts(x.dtype)
+    def prepare(key, dtype, w, b):
+        """(kernel, its arguments with x, z and the output left as None, where they go, output shape, 5-D output
+        shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B."""
+        shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = plan(*key)
+        bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=dtype))
+        consts = act.consts(dtype)
         if mode == "empty":
-            return (np.zeros(shape, dtype=x.dtype),)
+            return None, (), (), shape, shape5, units, work, False
         if mode == "winograd":
-            y = np.empty(shape, dtype=x.dtype)
-            zz = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
-            with single_threaded_blas:
-                run_units(kconv.conv_winograd, (ro(x), winograd_weights.of(w), bias, zz, p[1], p[2], tile_rows,
-                                                m_blocks, act.kind, consts, y), units, work)
-            return (y,)
-        x5 = ro(_as5d(np.ascontiguousarray(x), r))
+            return (kconv.conv_winograd, (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows, m_blocks,
+                                          act.kind, consts, None), (0, 3, 10), shape, shape, units, work, True)
         w5 = ro(_as5d(np.ascontiguousarray(w), r))
-        z5 = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
-        y = np.empty(shape5, dtype=x.dtype)
         if mode.startswith("packed"):
             chunk = max(1, PACKED_CHUNK_BYTES // (4 * w5[0].size * LANES)) * LANES
-            run_units(kconv.conv_packed, (x5, packed_weights.of(w), w5.shape[0], bias, z5, group, k, s, d, p, taps,
-                                          tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
-                                          y), units, work)
-        elif mode == "direct":
-            run_units(kconv.conv_direct, (x5, w5, bias, z5, group, k, s, d, p, act.kind, consts, y), units,
-                      work)
+            return (kconv.conv_packed, (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d, p, taps,
+                                        tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
+                                        None), (0, 4, 17), shape, shape5, units, work, False)
+        if mode == "direct":
+            return (kconv.conv_direct, (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None), (0, 3, 11),
+                    shape, shape5, units, work, False)
+        return (kconv.conv_gemm, (None, w5, bias, None, group, k, s, d, p, taps, tile_rows, m_blocks,
+                                  mode == "pointwise", act.kind, consts, None), (0, 3, 15), shape, shape5, units, work,
+                True)
+
+    prepared = {}  # (X shape, W shape, itemsize) -> prepare's result for the constant W and B it was made with
+
+    def run(x, w, b=None, z=None):
+        key = (x.shape, w.shape, x.dtype.itemsize)
+        entry = prepared.get(key)
+        if entry is not None and entry[0] is w and entry[1] is b:
+            kernel, template, slots, shape, shape5, units, work, uses_blas = entry[2]
         else:
+            made = prepare(key, x.dtype, w, b)
+            kernel, template, slots, shape, shape5, units, work, uses_blas = made
+            if packed_weights.holds(w) and (b is None or b is constant_input(node, 2)):
+                prepared[key] = (w, b, made)  # the per-run work left: the input's view, Z's and the output
+        if z is not None and z.shape != shape:
+            raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
+        if kernel is None:  # an empty output
+            return (np.zeros(shape, dtype=x.dtype),)
+        y = np.empty(shape5, dtype=x.dtype)
+        args = list(template)
+        if kernel is kconv.conv_winograd:
+            args[slots[0]] = ro(x)
+            args[slots[1]] = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
+        else:
+            args[slots[0]] = ro(_as5d(np.ascontiguousarray(x), r))
+            args[slots[1]] = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
+        args[slots[2]] = y
+        if uses_blas:
             with single_threaded_blas:
-                run_units(kconv.conv_gemm, (x5, w5, bias, z5, group, k, s, d, p, taps, tile_rows, m_blocks,
-                                            mode == "pointwise", act.kind, consts, y), units, work)
+                run_units(kernel, tuple(args), units, work)
+        else:
+            run_units(kernel, tuple(args), units, work)
         return (y.reshape(shape),)
 
     return run
