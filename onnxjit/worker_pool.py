@@ -177,15 +177,32 @@ def _share_entry(context, module, tuple_type):
     return fn
 
 
+def _without_meminfos(context, builder, ty, value):
+    """`value` (of Numba type `ty`) with every array's meminfo (its NRT reference count) null, in tuples too."""
+    if isinstance(ty, types.Array):
+        ary = context.make_array(ty)(context, builder, value=value)
+        ary.meminfo = cgutils.get_null_value(ary.meminfo.type)
+        return ary._getvalue()
+    if isinstance(ty, types.BaseTuple):
+        for i, member in enumerate(ty.types):
+            value = builder.insert_value(value, _without_meminfos(context, builder, member,
+                                                                  builder.extract_value(value, i)), i)
+    return value
+
+
 @intrinsic
 def _publish(typingctx, args):
-    """(address of a copy of the tuple `args` in this function's frame, address of its share entry)."""
+    """(address of a copy of the tuple `args` in this function's frame, address of its share entry). The copy's
+    arrays have no NRT meminfo: every view a kernel takes of an argument would otherwise count references on
+    the caller's meminfo, one cache line that all threads then write in turn (a grouped conv, whose im2col takes
+    a view per channel and row, ran its two shares in twice the time of one thread running both). The caller
+    holds the arrays until `_launch` returns, and kernels return nothing, so nothing outlives that."""
     if not isinstance(args, types.BaseTuple):
         return None
 
     def codegen(context, builder, signature, cargs):
         copy = cgutils.alloca_once(builder, context.get_value_type(signature.args[0]))
-        builder.store(cargs[0], copy)
+        builder.store(_without_meminfos(context, builder, signature.args[0], cargs[0]), copy)
         entry = _share_entry(context, builder.module, signature.args[0])
         i64 = ir.IntType(64)
         return context.make_tuple(builder, signature.return_type,

@@ -118,3 +118,39 @@ def test_callers_on_several_threads(two_threads):
 
     with concurrent.futures.ThreadPoolExecutor(max_workers=4) as ex:
         assert all(ex.map(job, range(4)))
+
+
+@pytest.mark.parametrize("group,kernel,stride", [(1, 1, 1), (1, 3, 2), (4, 3, 1), (8, 3, 1)])
+def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, group, kernel, stride):
+    """Real kernels (views of their arguments in inner loops, scratch allocations, the packed GEMM) split over
+    the threads: every call parallel, as on big inputs, compared with onnxruntime."""
+    from conftest import make_model, native_session, ort_run, tensor
+    from onnx import TensorProto, helper, numpy_helper
+
+    from onnxjit.ops import nn
+    monkeypatch.setattr(worker_pool, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(nn, "PARALLEL_GRAIN", 0)  # the conv's plan: tiles for the threads
+    launched = []
+    real_launcher = worker_pool._launcher
+
+    def launcher(*a):
+        found = real_launcher(*a)
+        launched.append(found is not None)
+        return found
+
+    monkeypatch.setattr(worker_pool, "_launcher", launcher)
+    rng = np.random.default_rng(0)
+    c, m, size = 16, 24, 13
+    w = numpy_helper.from_array(rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[stride, stride],
+                            pads=[kernel // 2] * 4)
+    model = make_model([node], [tensor("x", TensorProto.FLOAT, [2, c, size, size])],
+                       [tensor("y", TensorProto.FLOAT, None)], initializers=[w, b])
+    x = rng.standard_normal((2, c, size, size)).astype(np.float32)
+    sess = native_session(model)
+    want = ort_run(model, {"x": x})[0]
+    for _ in range(3):  # the first run compiles on the caller; the others go through the pool
+        # float32 sums of up to 144 products summed in another order than onnxruntime's
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
+    assert any(launched)  # the native hand-off ran
