@@ -133,6 +133,21 @@ def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("xs,ws,bias", [((1, 37, 1, 1), (19, 37, 1, 1), True), ((3, 144, 1, 1), (40, 144, 1, 1), False),
+                                         ((2, 5, 1), (7, 5, 1), True)])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_conv_one_pixel_as_dot_products(xs, ws, bias, dtype, monkeypatch):
+    """A 1x1 conv over one pixel (a squeeze-excitation block's) runs as dot products (kernels.linalg.dot_cols)."""
+    from onnxjit.kernels import linalg as klinalg
+    name = "dot_cols_f32" if dtype == F32 else "dot_cols"
+    calls = []
+    kernel = getattr(klinalg, name)
+    monkeypatch.setattr(klinalg, name, lambda *a: calls.append(1) or kernel(*a))
+    b = _rand(ws[0], dtype, seed=2) if bias else None
+    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, seed=1), True), ("b", b, True)], 11)
+    assert calls
+
+
 @pytest.mark.parametrize("xs,ws", [((0, 3, 5, 5), (4, 3, 1, 1)), ((0, 3, 5, 5), (4, 3, 3, 3)),
                                    ((1, 3, 5, 5), (0, 3, 1, 1)), ((1, 3, 5, 5), (0, 3, 3, 3))])
 @pytest.mark.parametrize("dtype", [F32, F64])
@@ -322,6 +337,16 @@ def test_gemm_fully_connected(m, tb, b_init, dtype):
     b = _rand((300, 256) if tb else (256, 300), dtype, 1)
     check("Gemm", [("a", _rand((m, 256), dtype), False), ("b", b, b_init), ("c", _rand(300, dtype, 2), True)],
           13, transB=tb)
+
+
+@pytest.mark.parametrize("k", [5, 37, 300])
+@pytest.mark.parametrize("n", [1, 13])
+@pytest.mark.parametrize("dtype", [F32, F64])
+def test_gemm_few_rows_any_depth(k, n, dtype):
+    """The few-rows dot products (kernels.linalg.dot_cols, float32 in vectors of LANES): depths shorter than a
+    vector, with a tail after whole vectors, and column counts that leave a partial group of four."""
+    check("Gemm", [("a", _rand((3, k), dtype), False), ("b", _rand((k, n), dtype, 1), True),
+                   ("c", _rand(n, dtype, 2), True)], 13)
 
 
 @pytest.mark.parametrize("ta,tb", [(0, 0), (1, 1)])

@@ -24,6 +24,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import blas, packed_gemm, vmath
+from onnxjit.kernels.simd import LANES, vfma, vload, vsplat, vsum
 
 
 @njit(cache=True, inline="always")
@@ -201,6 +202,56 @@ def dot_cols(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
                 if has_c:
                     y += beta * c[0 if c.shape[0] == 1 else i, 0 if c.shape[1] == 1 else j]
                 out[i, j] = y
+            if kind != IDENTITY:
+                activate(out[i], n0, n1, kind, act)
+
+
+@njit(cache=True, nogil=True)
+def dot_cols_f32(a, bt, c, alpha, beta, has_c, kind, act, cols, out, blk0, blk1):
+    """dot_cols for float32, each dot product in vectors of LANES (kernels.simd): lane l sums the products at
+    t = l mod LANES, the lanes are added in vsum's fixed order and the tail after them, the same order for every
+    output, so equal columns still come out equal. The scalar loop is one chain of dependent adds (strict float
+    order: LLVM keeps it scalar): a 1x576 @ 576x144 product (a squeeze-excitation conv) ran at 1.5 GFLOP/s.
+    Four columns share each load of a's vector."""
+    m, kk = a.shape
+    n = bt.shape[0]
+    af = a.reshape(-1)
+    bf = bt.reshape(-1)
+    body = kk - kk % LANES
+    zero = np.float32(0)
+    for blk in range(blk0, blk1):
+        n0 = blk * cols
+        n1 = min(n, n0 + cols)
+        for i in range(m):
+            a0 = _u(i * kk)
+            j = n0
+            while j < n1:
+                w = min(4, n1 - j)
+                b0 = _u(j * kk)
+                b1 = _u(min(j + 1, n1 - 1) * kk)
+                b2 = _u(min(j + 2, n1 - 1) * kk)
+                b3 = _u(min(j + 3, n1 - 1) * kk)
+                s0 = vsplat(zero)
+                s1 = vsplat(zero)
+                s2 = vsplat(zero)
+                s3 = vsplat(zero)
+                for t in range(0, body, LANES):
+                    av = vload(af, a0 + _u(t))
+                    s0 = vfma(av, vload(bf, b0 + _u(t)), s0)
+                    s1 = vfma(av, vload(bf, b1 + _u(t)), s1)
+                    s2 = vfma(av, vload(bf, b2 + _u(t)), s2)
+                    s3 = vfma(av, vload(bf, b3 + _u(t)), s3)
+                sums = (vsum(s0), vsum(s1), vsum(s2), vsum(s3))
+                bases = (b0, b1, b2, b3)
+                for q in range(w):
+                    acc = sums[q]
+                    for t in range(body, kk):
+                        acc += af[a0 + _u(t)] * bf[bases[q] + _u(t)]
+                    y = alpha * acc
+                    if has_c:
+                        y += beta * c[0 if c.shape[0] == 1 else i, 0 if c.shape[1] == 1 else j + q]
+                    out[i, j + q] = y
+                j += w
             if kind != IDENTITY:
                 activate(out[i], n0, n1, kind, act)
 

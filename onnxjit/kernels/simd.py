@@ -1,5 +1,6 @@
 """Explicit float32 vectors for njit kernels: `F32V`, a vector of LANES float32 values held in registers, and the
-few operations a register-tiled GEMM needs (`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`).
+few operations a register-tiled GEMM and a vector dot product need (`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`,
+`vsum`).
 
 Why: LLVM's vectorizers did not keep a GEMM tile's accumulators in vector registers. Written with scalar
 accumulators (one per output of a 6x16 tile) or with a local accumulator array, the inner loop of a 1x1 conv
@@ -126,3 +127,25 @@ def vclamp(typingctx, v, lo, hi):
         return x
 
     return F32V(v, lo, hi), codegen
+
+
+@intrinsic
+def vsum(typingctx, v):
+    """The float32 sum of v's lanes, added in one fixed order (halves, then halves of the halves): the same
+    rounding wherever it is used, so equal inputs give equal sums."""
+    if v != F32V:
+        return None
+
+    def codegen(context, builder, sig, args):
+        x = args[0]
+        width = LANES
+        while width > 1:
+            half = width // 2
+            lo = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), half), list(range(half))))
+            hi = builder.shuffle_vector(x, x, ir.Constant(ir.VectorType(ir.IntType(32), half),
+                                                          list(range(half, width))))
+            x = builder.fadd(lo, hi)
+            width = half
+        return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
+
+    return types.float32(v), codegen

@@ -86,7 +86,8 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
     blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
     cols = max(-(-n // blocks), 16)
     out = np.empty((m, n), dtype=a.dtype)
-    run_units(k.dot_cols, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
+    kernel = k.dot_cols_f32 if a.dtype == bt.dtype == np.float32 else k.dot_cols
+    run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
               -(-n // cols), m * n * kk)
     return out
 

@@ -28,7 +28,7 @@ from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import single_threaded_blas
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
-from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, run_units  # noqa: F401  (ops import them here)
+from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, run_units  # other ops import them from here
 
 FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -44,6 +44,7 @@ PACKED_IM2COL_MAX_K = 1024
 CONV_PACKED_MIN_PIXELS = 512  # fewest pixels of a conv_packed tile cut for the threads (see _packed_tiles)
 CONV_MIN_PACKED_PANELS = 4  # fewest panels (of packed_gemm.MR channels) of a conv_packed unit's block
 PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns of b (kernels.packed_gemm)
+DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
 
 
@@ -288,6 +289,7 @@ def build_conv(node):
     group, strides, dilations, pads = geometry
     kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
     cache = {}
+    has_z = len(node.inputs) > 3 and node.inputs[3] is not None
     winograd_weights = ConstantDerived(constant_input(node, 1), _winograd_weights)
     packed_weights = ConstantDerived(constant_input(node, 1),
                                      lambda w: _packed_weights(w.reshape(group, w.shape[0] // group, -1)))
@@ -328,6 +330,10 @@ def build_conv(node):
             mode = "direct"
             tile_rows = m_blocks = 1
             units = n_img * m_out
+        elif pointwise and group == 1 and math.prod(out) == 1 and n_img <= DOT_CONV_MAX_IMAGES and not has_z:
+            mode = "dot"  # a matrix-vector product per image (squeeze-excitation convs): no GEMM tile to fill
+            tile_rows = m_blocks = max(16, -(-m_out // (nth * CHUNKS_PER_THREAD)))  # outputs per unit
+            units = -(-m_out // m_blocks)
         else:
             mode = "pointwise" if pointwise else "gemm"
             tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
@@ -358,6 +364,10 @@ def build_conv(node):
             return (kconv.conv_packed, (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d, p, taps,
                                         tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
                                         None), (0, 4, 17), shape, shape5, units, work, False)
+        if mode == "dot":
+            return (klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols,
+                    (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
+                     consts, m_blocks, None), (0, None, 9), shape, shape5, units, work, False)
         if mode == "direct":
             return (kconv.conv_direct, (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None), (0, 3, 11),
                     shape, shape5, units, work, False)
@@ -383,13 +393,17 @@ def build_conv(node):
             return (np.zeros(shape, dtype=x.dtype),)
         y = np.empty(shape5, dtype=x.dtype)
         args = list(template)
-        if kernel is kconv.conv_winograd:
+        if slots[1] is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
+            args[slots[0]] = ro(x.reshape(x.shape[0], -1))
+            args[slots[2]] = y.reshape(shape[0], -1)
+        elif kernel is kconv.conv_winograd:
             args[slots[0]] = ro(x)
             args[slots[1]] = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
+            args[slots[2]] = y
         else:
             args[slots[0]] = ro(_as5d(np.ascontiguousarray(x), r))
             args[slots[1]] = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
-        args[slots[2]] = y
+            args[slots[2]] = y
         if uses_blas:
             with single_threaded_blas:
                 run_units(kernel, tuple(args), units, work)
@@ -447,8 +461,8 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
         units = images * -(-nrows // tile_rows)
     panels = -(-mg // mr)
     m_block = panels
-    if units < wanted:
-        m_block = max(min(panels, CONV_MIN_PACKED_PANELS), -(-panels // -(-wanted // units)))
+    if parallel and units < nth:  # one block per thread: every block packs the tile's columns again
+        m_block = max(min(panels, CONV_MIN_PACKED_PANELS), -(-panels // -(-nth // units)))
         units *= -(-panels // m_block)
     if parallel and units < nth and tile_rows > 1:  # too few channels: pixels too
         tile_rows = -(-tile_rows // -(-nth // units))
