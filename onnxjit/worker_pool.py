@@ -397,6 +397,13 @@ def _the_pool() -> WorkerPool:
     return _pool
 
 
+def thread_count() -> int:
+    """numba.get_num_threads() (this thread's count) less its launch check, 1 us: the C getter exists once
+    Numba's threads are launched."""
+    get = getattr(numba_parallel, "_get_num_threads", None)
+    return get() if get is not None else numba.get_num_threads()
+
+
 def run_units(kernel, args, n_units, work):
     """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `work` (element
     operations) is small or one thread is allowed (numba's thread count, which intra_op_num_threads sets), else
@@ -405,9 +412,7 @@ def run_units(kernel, args, n_units, work):
     if n_units <= 1 or work < PARALLEL_GRAIN:
         kernel(*args, 0, n_units)
         return
-    # numba.get_num_threads less its launch check (1 us): the C getter exists once Numba's threads are launched
-    get = getattr(numba_parallel, "_get_num_threads", None)
-    threads = get() if get is not None else numba.get_num_threads()
+    threads = thread_count()
     if threads <= 1:
         kernel(*args, 0, n_units)
         return

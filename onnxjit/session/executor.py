@@ -85,6 +85,10 @@ class CompiledGraph:
 
     def plan_for(self, feeds: dict[str, Any]) -> ExecutionPlan:
         key = tuple((n, value_signature(v)) for n, v in feeds.items())
+        if len(self._plans) == 1:  # the common case, one signature: no order to keep, no lock to take
+            plan = self._plans.get(key)
+            if plan is not None:
+                return plan
         with self._lock:
             plan = self._plans.get(key)
             if plan is not None:

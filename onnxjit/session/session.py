@@ -23,6 +23,7 @@ from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionPro
 from onnxjit.session.executor import CompiledGraph
 from onnxjit.session.iobinding import IOBinding, OrtValue
 from onnxjit.session.loader import check_versions, checker_complaint, load_model_proto
+from onnxjit.worker_pool import thread_count
 from onnxjit.optimizer import OptimizationReport, OptimizerError, optimize
 from onnxjit.session.options import GraphOptimizationLevel, RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
@@ -153,6 +154,7 @@ class InferenceSession:
         self._inputs = [v for v in g.inputs if v.name not in inits]
         self._overridable = [v for v in g.inputs if v.name in inits]
         self._feedable = {v.name: v for v in g.inputs}
+        self._accepted: dict[str, tuple] = {}  # input -> (dtype, shape) of an array _check_feeds took unchanged
         self._outputs = list(g.outputs)
         self._profile: list | None = [] if so.enable_profiling else None
         self._profile_lock = threading.Lock()
@@ -232,13 +234,19 @@ class InferenceSession:
 
     def _check_feeds(self, input_feed: dict[str, Any]) -> dict[str, Any]:
         feeds: dict[str, Any] = {}
+        accepted = self._accepted
         for name, value in input_feed.items():
+            if type(value) is np.ndarray and accepted.get(name) == (value.dtype, value.shape):
+                feeds[name] = value  # an array of a dtype and shape this input took as it is before
+                continue
             v = self._feedable.get(name)
             if v is None:
                 raise InvalidArgument(f"Invalid input name: {name!r}; the model's inputs are "
                                       f"{[x.name for x in self._inputs]}")
-            feeds[name] = _check_value(f"input {name!r}", value, v.type,
-                                       self._sess_options.free_dimension_overrides)
+            feeds[name] = checked = _check_value(f"input {name!r}", value, v.type,
+                                                 self._sess_options.free_dimension_overrides)
+            if checked is value and type(value) is np.ndarray:
+                accepted[name] = (value.dtype, value.shape)
         missing = [v.name for v in self._inputs if v.name not in feeds]
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)})")
@@ -269,9 +277,9 @@ class InferenceSession:
 
 
 def _set_num_threads(n: int) -> None:
-    # only when it changes: numba.set_num_threads costs 1.5-2 us a run, reading the count 1 us (Zen 3 VM)
+    # only when it changes: numba.set_num_threads costs 1.5-2 us a run
     n = min(n, numba.config.NUMBA_NUM_THREADS)
-    if numba.get_num_threads() != n:
+    if thread_count() != n:
         numba.set_num_threads(n)
 
 
