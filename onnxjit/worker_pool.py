@@ -298,7 +298,8 @@ _launchers: dict = {}
 
 def _launcher(kernel, args, state):
     """(kernel's native entry point for `args` + (u0, u1), `_launch`'s compiled wrapper for `args`), or None: not
-    a Numba dispatcher, an argument Numba's fingerprints do not cover, or not compiled for these types yet.
+    a Numba dispatcher, an argument Numba's fingerprints do not cover, not compiled for these types yet, or
+    compiled only for types these arguments convert to (an explicit signature taking read-only arrays).
     Calling `_launch`'s wrapper directly skips a second type dispatch on the same arguments (1 us)."""
     if not isinstance(kernel, Dispatcher):
         return None
@@ -306,11 +307,13 @@ def _launcher(kernel, args, state):
         key = (kernel, tuple(map(compute_fingerprint, args)))
     except (TypeError, ValueError, NotImplementedError):
         return None
-    found = _launchers.get(key)
-    if found is None:
+    found = _launchers.get(key, False)
+    if found is False:
         argtys = tuple(kernel.typeof_pyval(a) for a in args)
         cres = kernel.overloads.get(argtys + (types.int64, types.int64))
         if cres is None:
+            if kernel.overloads:  # compiled, but not for exactly these types (it converts them): caller only
+                _launchers[key] = None
             return None
         launch_sig = (typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64)
         if launch_sig not in _launch.overloads:
