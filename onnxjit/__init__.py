@@ -8,16 +8,6 @@ __version__ = "0.1.0"
 
 import os as _os
 
-# Numba's OpenMP threads spin for milliseconds after each parallel kernel by default and starve the next op (a
-# Relu measured 70 ms instead of 5 ms inside squeezenet). Waiting passively at once costs a wake-up per kernel,
-# which on a VM whose idle vCPU the host took away can take milliseconds (Softmax+LayerNorm run back to back:
-# 5.3-8.0 ms). So: passive, after a short spin (10000 spins, ~0.1 ms) in GNU libgomp (Numba's OpenMP on Linux;
-# GOMP_SPINCOUNT wins over the policy there): 4.4-5.1 ms, and no model slower. Set before Numba starts OpenMP; a
-# value the user set for either wins.
-if "OMP_WAIT_POLICY" not in _os.environ and "GOMP_SPINCOUNT" not in _os.environ:
-    _os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
-    _os.environ["GOMP_SPINCOUNT"] = "10000"
-
 
 def _prefer_512_bit_vectors() -> None:
     """LLVM tunes AVX-512 CPUs to 256-bit vectors ("prefer-256-bit"); the fused kernels are compute-bound and

@@ -59,8 +59,8 @@ def test_workers_pinned_one_to_a_core_caller_left_free():
     assert got["caller_before"] == got["caller_after"] == cores  # the caller's thread keeps its mask
     pinned = {t: m for t, m in got["masks"].items() if _single_core(m) and m != got["main"]}
     if len(cores) > 1:
-        # Numba's worker (OpenMP) and onnxjit's pool worker, each on the second core
-        assert len(pinned) >= 2, got
+        # onnxjit's pool worker, on the second core
+        assert len(pinned) >= 1, got
         assert all(int(m) == affinity.core_of_worker(1, cores) for m in pinned.values()), got
     else:
         assert not pinned, got

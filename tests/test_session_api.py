@@ -652,14 +652,12 @@ def test_shape_inference_sees_large_initializers_dims_without_their_data(rng):
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], ort_run(model, {"x": x})[0], rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("user_env,want", [({}, ("PASSIVE", "10000")),
-                                           ({"OMP_WAIT_POLICY": "ACTIVE"}, ("ACTIVE", None)),
-                                           ({"GOMP_SPINCOUNT": "0"}, (None, "0"))])
-def test_openmp_waiting_defaults_leave_user_settings_alone(user_env, want):
+def test_openmp_environment_left_alone():
+    """onnxjit's kernels run on its own threads, never OpenMP's: it sets no OpenMP variable for the process (they
+    would reach every other OpenMP library in it)."""
     import subprocess
     import sys
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.update(user_env)
     script = "import os, onnxjit; print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'))"
     out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == [str(w) for w in want]
+    assert out.stdout.split() == ["None", "None"]

@@ -12,7 +12,7 @@ and share one kernel.
 The kernel runs the units [u0, u1) of its outermost loop (its last two arguments), so onnxjit's own threads
 (worker_pool.run_units) split it as they split the conv and GEMM kernels. Written with numba.prange, fused
 kernels ran on Numba's OpenMP threads, which spin after each parallel region on the cores onnxjit's workers
-compute on (for GOMP_SPINCOUNT polls, 10,000 as onnxjit sets it): vit_tiny's MatMuls took 600 instead of 350 us
+compute on (for GOMP_SPINCOUNT polls, 10,000 as onnxjit set it then): vit_tiny's MatMuls took 600 instead of 350 us
 each after a fused kernel (19.9 -> 12.7 ms over the model with no spin at all, OMP_WAIT_POLICY=PASSIVE alone),
 and a serial loop over a range also compiles faster than a parfor.
 

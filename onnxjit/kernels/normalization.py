@@ -1,21 +1,20 @@
 """Softmax / LogSoftmax and LayerNormalization kernels over the rows of a C-contiguous (rows, n) array, the
 normalized axis last.
 
-`rows` runs blocks of rows in parallel (prange, dynamic: one block at a time), each row in a few passes that
+`rows` runs blocks of rows [u0, u1) (the units onnxjit.worker_pool.run_units hands its threads), each row in a few passes that
 stay in L1: max, exp-and-sum, scale (softmax); sum, centered sum of squares, normalize-scale-shift (layer norm),
 the streaming pass of the next row fused into the compute pass of the current one.
 exp and log are `vmath` (vectorizable, ~1 ulp), the per-row sums may be reassociated so that they vectorize, and
 the row max runs over order-preserving integer keys of the floats (it vectorizes; a NaN anywhere in a row still
 makes the whole row NaN). All arithmetic stays in the input dtype (float32 or float64). Layer norm also has an
-in-place form (the op layer uses it over a dead softmax buffer). The ops share one parallel driver so that a
-dtype compiles a single parfor (Numba's parfor lowering is the slow part of compiling). RMS normalization has
-its own serial row kernel, run over threads by the op layer.
+in-place form (the op layer uses it over a dead softmax buffer). The ops share one driver, so a dtype compiles
+one kernel. RMS normalization has its own row kernel.
 """
 from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import prange, types
+from numba import types
 from numba.extending import intrinsic
 
 from onnxjit.cache.jit import njit
@@ -247,21 +246,21 @@ def rms_norm_rows(x, scale, eps, y, r0, r1):
 SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)
 
 
-@njit(cache=True, parallel=True)
-def rows(x, y, op, scale, bias, eps, mean, inv_std, block):
-    """The row kernels over (rows, n) arrays, n >= 1, blocks of `block` rows in parallel: op SOFTMAX /
+@njit(cache=True, nogil=True)
+def rows(x, y, op, scale, bias, eps, mean, inv_std, block, u0, u1):
+    """The row kernels over (rows, n) arrays, n >= 1, the blocks [u0, u1) of `block` rows: op SOFTMAX /
     LOG_SOFTMAX (y[r] from x[r]; the other arguments are unused), LAYER_NORM (y[r] from x[r]; scale and bias are
     (1, n), shared, or (rows, n); eps has the arrays' dtype; mean[r] and inv_std[r] receive the statistics) or
     LAYER_NORM_INPLACE (the same over y in place; x is unused), or SOFTMAX_LAYER_NORM (layer norm of each
     row's exp terms, see `_softmax_layernorm_block`) / LOG_SOFTMAX_LAYER_NORM (the log-softmax of each block of
-    rows, then layer norm over it while it is still in cache): one pass over memory instead of two. One parallel
-    driver serves them all, so each dtype compiles one parfor."""
+    rows, then layer norm over it while it is still in cache): one pass over memory instead of two. One driver
+    serves them all, so each dtype compiles one kernel."""
     nrows, n = y.shape
     c = np.zeros(3, dtype=y.dtype)
     c[1] = 1
     c[2] = n
     zero, one, nf = c[0], c[1], c[2]
-    for b in prange((nrows + block - 1) // block):
+    for b in range(u0, u1):
         r0 = b * block
         r1 = min(nrows, r0 + block)
         if op == LAYER_NORM:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 from onnx import TensorProto as T
 
@@ -46,9 +45,7 @@ FLOATS = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, T.DOUBLE})
 SOFTMAX_FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 SOFTMAX, LOGSOFTMAX, HARDMAX = 0, 1, 2
 _NAMES = {SOFTMAX: "Softmax", LOGSOFTMAX: "LogSoftmax", HARDMAX: "Hardmax"}
-# The row kernels hand out blocks of about this many elements dynamically: on a busy machine a thread that loses
-# its core then holds up one block, not half of the rows (the default static schedule).
-BLOCK_ELEMENTS = 1 << 16
+BLOCK_ELEMENTS = 1 << 16  # elements of a block of rows, the row kernel's unit of work
 
 
 def _dummy_rows(dtype: np.dtype) -> np.ndarray:
@@ -56,14 +53,14 @@ def _dummy_rows(dtype: np.dtype) -> np.ndarray:
 
 
 def _run_rows(x2, y2, op, scale=None, bias=None, eps=0.0, mean=None, inv=None):
-    """kn.rows over (rows, n) arrays, in blocks of about BLOCK_ELEMENTS taken dynamically (unused arguments get
+    """kn.rows over (rows, n) arrays, in blocks of about BLOCK_ELEMENTS over the threads (unused arguments get
     dummies of the right types, so that each dtype compiles one specialization)."""
     if scale is None:
         scale = bias = _dummy_rows(y2.dtype)
         mean = inv = np.empty(1, y2.dtype)
     block = max(1, BLOCK_ELEMENTS // max(y2.shape[1], 1))
-    with numba.parallel_chunksize(1):
-        kn.rows(x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block)
+    run_units(kn.rows, (x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block), -(-y2.shape[0] // block),
+              y2.size * 8)
 
 
 def softmax(x: np.ndarray, axis: int, mode: int, per_axis: bool) -> np.ndarray:

@@ -13,7 +13,6 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
-from onnxjit import affinity
 from onnxjit.errors import InvalidArgument, InvalidGraph
 from onnxjit.ir.graph import Graph, Model
 from onnxjit.ir.serde import from_onnx, to_onnx
@@ -146,8 +145,6 @@ class InferenceSession:
         self.opset_imports = dict(self._model.opset_imports)
         self._compiled = self.compile_subgraph(self._model.graph)
         self._used = [p.name for p in self._providers]
-        if "CPUExecutionProvider" in self._used:
-            affinity.pin_numba_workers()  # once per process: the parallel kernels' threads, one to a core
 
         g = self._model.graph
         inits = set(g.initializers)
