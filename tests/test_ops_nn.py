@@ -133,6 +133,23 @@ def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("xs,ws,attrs,bias", [
+    ((1, 16, 7, 7), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),
+    ((2, 24, 9, 6), (12, 8, 3, 3), dict(group=3, pads=[0, 2, 1, 0]), False),  # uneven pads, a smaller output
+    ((1, 12, 5, 11), (24, 4, 5, 3), dict(group=3, auto_pad="SAME_UPPER"), True),
+    ((1, 10, 6, 6), (10, 5, 2, 2), dict(group=2), True),  # no pads, an even kernel
+])
+def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
+    """Grouped stride-1 convs on kernels.conv.conv_padded (a padded copy per group, no im2col)."""
+    from onnxjit.kernels import conv as kconv
+    calls = []
+    kernel = kconv.conv_padded
+    monkeypatch.setattr(kconv, "conv_padded", lambda *a: calls.append(1) or kernel(*a))
+    b = _rand(ws[0], seed=2) if bias else None
+    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], 11, **attrs)
+    assert calls
+
+
 @pytest.mark.parametrize("xs,ws,bias", [((1, 37, 1, 1), (19, 37, 1, 1), True), ((3, 144, 1, 1), (40, 144, 1, 1), False),
                                          ((2, 5, 1), (7, 5, 1), True)])
 @pytest.mark.parametrize("dtype", [F32, F64])

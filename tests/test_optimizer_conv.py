@@ -139,6 +139,17 @@ def test_conv_winograd_residual_activation(act):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
+@pytest.mark.parametrize("act", ["Relu", "Sigmoid"])
+def test_grouped_conv_residual_activation(act):
+    """A grouped FusedConv (kernels.conv.conv_padded) adds Z and activates in its epilogue (Relu in registers
+    only without Z)."""
+    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
+                               cin=16, cout=24, group=4, extra_inputs=(tensor("z", F32, [2, 24, 6, 5]),))
+    _check(model, feeds, "FusedConv")
+    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], cin=16, cout=24, group=4)
+    _check(model, feeds, "FusedConv")
+
+
 @pytest.mark.parametrize("order", ["x_sigmoid", "sigmoid_x"])
 def test_conv_silu_fuses_as_swish(order):
     """Conv -> Mul(c, Sigmoid(c)) (SiLU as exporters write it) is one FusedConv with activation Swish."""

@@ -65,7 +65,28 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3, lo, hi):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _bias4(bias, i, m):
+def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s0, s1, s2, s3, lo, hi):
+    """_tile with row i of b at bf[b0 + offs[i]] (any offsets: the taps of a conv over a padded input), the MR x
+    LANES result stored whole at cf[c0], LANES apart."""
+    acc0 = vsplat(s0)
+    acc1 = vsplat(s1)
+    acc2 = vsplat(s2)
+    acc3 = vsplat(s3)
+    for i in range(k):
+        bv = vload(bf, b0 + _u(offs[i]))
+        ai = a0 + _u(i * MR)
+        acc0 = vfma(vsplat(ap[ai]), bv, acc0)
+        acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
+        acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
+        acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
+    vstore(cf, c0, vclamp(acc0, lo, hi))
+    vstore(cf, c0 + _u(LANES), vclamp(acc1, lo, hi))
+    vstore(cf, c0 + _u(2 * LANES), vclamp(acc2, lo, hi))
+    vstore(cf, c0 + _u(3 * LANES), vclamp(acc3, lo, hi))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bias4(bias, i, m):
     """bias[i:i + MR], zeros past m or where there is no bias."""
     zero = np.float32(0)
     if bias.size == 0:
@@ -124,7 +145,7 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
     for panel in range(panels):
         i0 = panel * MR
         rows = min(MR, rows_left - i0)
-        s0, s1, s2, s3 = _bias4(bias, bias0 + i0, bias0 + rows_left)
+        s0, s1, s2, s3 = bias4(bias, bias0 + i0, bias0 + rows_left)
         a = a0 + _u(panel * panel_size)
         crow = c0 + _u(i0) * c_rs
         for blk in range(blocks):
