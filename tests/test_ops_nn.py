@@ -138,9 +138,12 @@ def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     ((2, 24, 9, 6), (12, 8, 3, 3), dict(group=3, pads=[0, 2, 1, 0]), False),  # uneven pads, a smaller output
     ((1, 12, 5, 11), (24, 4, 5, 3), dict(group=3, auto_pad="SAME_UPPER"), True),
     ((1, 10, 6, 6), (10, 5, 2, 2), dict(group=2), True),  # no pads, an even kernel
+    ((1, 16, 14, 14), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[2, 2]), True),
+    ((2, 12, 9, 10), (24, 4, 3, 3), dict(group=3, pads=[1, 0, 0, 1], strides=[2, 3]), False),  # odd sizes
+    ((1, 8, 11, 9), (16, 4, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 2]), True),
 ])
 def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
-    """Grouped stride-1 convs on kernels.conv.conv_padded (a padded copy per group, no im2col)."""
+    """Grouped convs on kernels.conv.conv_padded (a padded, phase-split copy per group, no im2col)."""
     from onnxjit.kernels import conv as kconv
     calls = []
     kernel = kconv.conv_padded

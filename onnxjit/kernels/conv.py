@@ -273,37 +273,42 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
 
 
 @njit(cache=True, nogil=True)
-def conv_padded(x, wp, m_out, bias, z, group, k, p, kind, act, out, u0, u1):
-    """A stride-1, undilated 2-D conv of few channels per group (regnet's 8) with packed_gemm's microkernel and no
-    im2col: units [u0, u1) of (image, group). Each unit copies its group's channels into a zero-padded buffer
-    (rows Wp = W + pads wide); output pixel (r, c) is then at flat position r * Wp + c of that grid, and the
-    input of tap (ch, ky, kx) for it at that position + ch * plane + ky * Wp + kx, so every tap of a run of LANES
-    positions is one vector load at a fixed offset (`tile_at_offsets`). The grid's columns past the output's
-    width are computed and dropped. The im2col it replaces wrote each input value once per tap, element by
-    element: it cost several times the product for 8-channel groups."""
+def conv_padded(x, wp, m_out, bias, z, group, k, s, p, kind, act, out, u0, u1):
+    """An undilated 2-D conv of few channels per group (regnet's 8) with packed_gemm's microkernel and no im2col:
+    units [u0, u1) of (image, group). Each unit copies its group's channels into a zero-padded buffer, split
+    into sh x sw phase planes as conv_direct does (phase (py, px) holds the padded rows py, py + sh, ... and
+    columns px, px + sw, ...), each wq = ow + (kw - 1) // sw wide. Output pixel (r, c) is then at flat position
+    r * wq + c of a phase plane, and the input of tap (ch, ky, kx) for it at that position plus the tap's fixed
+    offset (its channel, phase plane, and (ky // sh) * wq + kx // sw), so every tap of a run of LANES positions
+    is one vector load (`tile_at_offsets`). The columns past the output's width are computed and dropped. The
+    im2col it replaces wrote each input value once per tap, element by element, and cost several times the
+    product for 8-channel groups."""
     n_img, n_ch, in_h, in_w = x.shape[0], x.shape[1], x.shape[3], x.shape[4]
     oh, ow = out.shape[3], out.shape[4]
     kh, kw = k[1], k[2]
+    sh, sw = s[1], s[2]
     ph, pw = p[1], p[2]
     cg = n_ch // group
     mg = m_out // group
     kk = cg * kh * kw
-    wpad = ow + kw - 1  # the padded grid: every output column's taps inside it
-    hpad = oh + kh - 1
-    plane = hpad * wpad
-    npos = oh * wpad  # flat output positions, past-width columns included
+    wq = ow + (kw - 1) // sw  # a phase plane: every output column's taps inside it
+    hq = oh + (kh - 1) // sh
+    plane = hq * wq
+    chan = sh * sw * plane
+    npos = oh * wq  # flat output positions, past-width columns included
     nblk = -(-npos // LANES)
-    buf = np.zeros(cg * plane + nblk * LANES + (kh - 1) * wpad + kw, dtype=np.float32)  # slack for the last run
+    buf = np.zeros(cg * chan + nblk * LANES + plane, dtype=np.float32)  # slack: the last run reads past npos
     offs = np.empty(kk, dtype=np.int64)
     for ch in range(cg):
         for a in range(kh):
             for b in range(kw):
-                offs[(ch * kh + a) * kw + b] = ch * plane + a * wpad + b
+                offs[(ch * kh + a) * kw + b] = ch * chan + ((a % sh) * sw + b % sw) * plane + (a // sh) * wq + b // sw
     tile = np.empty(MR * LANES + LANES, dtype=np.float32)
     t0 = aligned_start(tile)
     lo, hi, kind = register_clamp(kind, act, z.size > 0)
     xf = x.reshape(-1)
     of = out.reshape(-1)
+    apf = wp.reshape(-1)
     out3 = out.reshape((n_img, m_out, oh * ow))
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     no_bias = bias[:0]
@@ -315,11 +320,17 @@ def conv_padded(x, wp, m_out, bias, z, group, k, p, kind, act, out, u0, u1):
             src = (n * n_ch + g * cg + ch) * in_h * in_w
             for r in range(in_h):
                 gr = r + ph
-                if gr >= hpad:
+                qr = gr // sh
+                if qr >= hq:
                     break
-                d0 = ch * plane + gr * wpad + pw
-                for c in range(min(in_w, wpad - pw)):
-                    buf[_u(d0 + c)] = xf[_u(src + r * in_w + c)]
+                row = ch * chan + (gr - qr * sh) * sw * plane + qr * wq
+                for pc in range(sw):  # the input columns c with (c + pw) % sw == pc, one phase plane's row
+                    c0 = (pc - pw) % sw
+                    q0 = (c0 + pw) // sw
+                    d0 = row + pc * plane + q0
+                    s0 = src + r * in_w + c0
+                    for j in range(min(-(-(in_w - c0) // sw), wq - q0)):
+                        buf[_u(d0 + j)] = xf[_u(s0 + j * sw)]
         a_base = g * wp.shape[1] * kk * MR
         for pnl in range(panels):
             i0 = pnl * MR
@@ -328,15 +339,20 @@ def conv_padded(x, wp, m_out, bias, z, group, k, p, kind, act, out, u0, u1):
             a0 = _u(a_base + pnl * kk * MR)
             for blk in range(nblk):
                 q0 = blk * LANES
-                tile_at_offsets(wp.reshape(-1), a0, kk, buf, _u(q0), offs, tile, _u(t0), s0, s1, s2, s3, lo, hi)
+                tile_at_offsets(apf, a0, kk, buf, _u(q0), offs, tile, _u(t0), s0, s1, s2, s3, lo, hi)
+                r = q0 // wq
+                c = q0 - r * wq
+                o = ((n * m_out + g * mg + i0) * oh + r) * ow + c  # where lane l's output goes, when c < ow
                 for l in range(LANES):
-                    q = q0 + l
-                    r = q // wpad
-                    c = q - r * wpad
-                    if r < oh and c < ow:
-                        o = ((n * m_out + g * mg + i0) * oh + r) * ow + c
+                    if c < ow and r < oh:
                         for i in range(rows):
                             of[_u(o + i * oh * ow)] = tile[_u(t0 + i * LANES + l)]
+                    c += 1
+                    o += 1
+                    if c == wq:
+                        c = 0
+                        r += 1
+                        o += ow - wq
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, g * mg, g * mg + mg, 0, oh * ow, kind, act)
 

@@ -331,9 +331,9 @@ def build_conv(node):
             mode = "direct"
             tile_rows = m_blocks = 1
             units = n_img * m_out
-        elif (itemsize == 4 and r == 2 and group > 1 and all(v == 1 for v in strides) and
-              all(v == 1 for v in dilations) and not pointwise and kk <= PADDED_CONV_MAX_K):
-            mode = "padded"  # grouped: packed_gemm's microkernel over a padded copy of each group, no im2col
+        elif (itemsize == 4 and r == 2 and group > 1 and all(v == 1 for v in dilations) and not pointwise
+              and kk <= PADDED_CONV_MAX_K):
+            mode = "padded"  # grouped: packed_gemm's microkernel over a padded (phase-split) copy, no im2col
             tile_rows = m_blocks = 0
             units = n_img * group
         elif pointwise and group == 1 and math.prod(out) == 1 and n_img <= DOT_CONV_MAX_IMAGES and not has_z:
@@ -371,8 +371,8 @@ def build_conv(node):
                                         tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
                                         None), (0, 4, 17), shape, shape5, units, work, False)
         if mode == "padded":
-            return (kconv.conv_padded, (None, packed_weights.of(w), w.shape[0], bias, None, group, k, p,
-                                        act.kind, consts, None), (0, 4, 10), shape, shape5, units, work, False)
+            return (kconv.conv_padded, (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p,
+                                        act.kind, consts, None), (0, 4, 11), shape, shape5, units, work, False)
         if mode == "dot":
             return (klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols,
                     (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
