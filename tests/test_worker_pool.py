@@ -120,8 +120,9 @@ def test_callers_on_several_threads(two_threads):
         assert all(ex.map(job, range(4)))
 
 
-@pytest.mark.parametrize("group,kernel,stride", [(1, 1, 1), (1, 3, 2), (4, 3, 1), (8, 3, 1)])
-def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, group, kernel, stride):
+@pytest.mark.parametrize("images,group,kernel,stride", [(2, 1, 1, 1), (2, 1, 3, 2), (2, 4, 3, 1), (2, 8, 3, 1),
+                                                        (1, 2, 3, 1), (1, 2, 3, 2)])  # the last: row tiles
+def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, images, group, kernel, stride):
     """Real kernels (views of their arguments in inner loops, scratch allocations, the packed GEMM) split over
     the threads: every call parallel, as on big inputs, compared with onnxruntime."""
     from conftest import make_model, native_session, ort_run, tensor
@@ -145,9 +146,9 @@ def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, grou
     b = numpy_helper.from_array(rng.standard_normal(m).astype(np.float32), "b")
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, strides=[stride, stride],
                             pads=[kernel // 2] * 4)
-    model = make_model([node], [tensor("x", TensorProto.FLOAT, [2, c, size, size])],
+    model = make_model([node], [tensor("x", TensorProto.FLOAT, [images, c, size, size])],
                        [tensor("y", TensorProto.FLOAT, None)], initializers=[w, b])
-    x = rng.standard_normal((2, c, size, size)).astype(np.float32)
+    x = rng.standard_normal((images, c, size, size)).astype(np.float32)
     sess = native_session(model)
     want = ort_run(model, {"x": x})[0]
     for _ in range(3):  # the first run compiles on the caller; the others go through the pool

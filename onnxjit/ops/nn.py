@@ -44,7 +44,9 @@ PACKED_IM2COL_MAX_K = 1024
 CONV_PACKED_MIN_PIXELS = 512  # fewest pixels of a conv_packed tile cut for the threads (see _packed_tiles)
 CONV_MIN_PACKED_PANELS = 4  # fewest panels (of packed_gemm.MR channels) of a conv_packed unit's block
 PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns of b (kernels.packed_gemm)
-PADDED_CONV_MAX_K = 1024  # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded
+# deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
+# im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
+PADDED_CONV_MAX_K = 1024
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
 
@@ -331,11 +333,15 @@ def build_conv(node):
             mode = "direct"
             tile_rows = m_blocks = 1
             units = n_img * m_out
-        elif (itemsize == 4 and r == 2 and group > 1 and all(v == 1 for v in dilations) and not pointwise
+        elif (itemsize == 4 and r == 2 and group > 1 and not pointwise and all(v == 1 for v in dilations)
               and kk <= PADDED_CONV_MAX_K):
-            mode = "padded"  # grouped: packed_gemm's microkernel over a padded (phase-split) copy, no im2col
-            tile_rows = m_blocks = 0
-            units = n_img * group
+            mode = "padded"  # packed_gemm's microkernel over a padded (phase-split) copy of the group, no im2col
+            m_blocks = 0
+            # rows of output per unit: whole images' groups where they are enough units for the threads
+            wanted = CONV_UNITS_PER_THREAD * nth if nth > 1 and work >= PARALLEL_GRAIN else 1
+            tiles = min(o3[1], -(-wanted // (n_img * group)))
+            tile_rows = -(-o3[1] // tiles)
+            units = n_img * group * -(-o3[1] // tile_rows)
         elif pointwise and group == 1 and math.prod(out) == 1 and n_img <= DOT_CONV_MAX_IMAGES and not has_z:
             mode = "dot"  # a matrix-vector product per image (squeeze-excitation convs): no GEMM tile to fill
             tile_rows = m_blocks = max(16, -(-m_out // (nth * CHUNKS_PER_THREAD)))  # outputs per unit
@@ -371,8 +377,8 @@ def build_conv(node):
                                         tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
                                         None), (0, 4, 17), shape, shape5, units, work, False)
         if mode == "padded":
-            return (kconv.conv_padded, (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p,
-                                        act.kind, consts, None), (0, 4, 11), shape, shape5, units, work, False)
+            return (kconv.conv_padded, (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p, tile_rows,
+                                        act.kind, consts, None), (0, 4, 12), shape, shape5, units, work, False)
         if mode == "dot":
             return (klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols,
                     (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
