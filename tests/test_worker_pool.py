@@ -155,3 +155,41 @@ def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, imag
         # float32 sums of up to 144 products summed in another order than onnxruntime's
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-4, atol=1e-5)
     assert any(launched)  # the native hand-off ran
+
+
+def test_fused_kernels_split_over_the_threads(two_threads, monkeypatch):
+    """Fused kernels big enough to split (fuser.codegen: the arrays sliced to each share's rows) with inputs
+    broadcast along and across the split dimension, an elementwise chain and a reduction over the last axis,
+    against onnxruntime."""
+    from conftest import make_model, ort_run, tensor
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(1)
+    b = numpy_helper.from_array(rng.standard_normal((1, 64, 1)).astype(np.float32), "b")
+    s = numpy_helper.from_array(rng.standard_normal(600).astype(np.float32), "s")
+    axes = numpy_helper.from_array(np.array([2], np.int64), "axes")
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("ReduceSum", ["r", "axes"], ["y"], keepdims=1),
+             helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Tanh", ["m"], ["z"])]
+    model = make_model(nodes, [tensor("x", TensorProto.FLOAT, [3, 64, 600])],
+                       [tensor("y", TensorProto.FLOAT, None), tensor("z", TensorProto.FLOAT, None)],
+                       initializers=[b, s, axes], opset=18)
+    import onnxjit
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    x = rng.standard_normal((3, 64, 600)).astype(np.float32)
+    want = ort_run(model, {"x": x})
+    launched = []
+    real_launcher = worker_pool._launcher
+
+    def launcher(*a):
+        found = real_launcher(*a)
+        launched.append(found is not None)
+        return found
+
+    monkeypatch.setattr(worker_pool, "_launcher", launcher)
+    for _ in range(3):  # the first run compiles on the caller; the others split
+        got = sess.run(None, {"x": x})
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-4)  # 600-term sums in another order
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6, atol=1e-6)
+    assert sum(launched) >= 4  # both kernels, in the later runs, through the native hand-off

@@ -194,12 +194,23 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
         n_units = -(-dims[0] // TILE) if rank == 1 else dims[0]
     else:
         code = []
+        if splittable:
+            # the arrays sliced to the units' rows: the loop then counts from 0, so LLVM knows every index is
+            # non-negative and drops Numba's wraparound on it (with range(u0, u1) it did not, and a broadcast
+            # Mul over 240x196 floats ran 45 us instead of ~15, unvectorized)
+            def rows_slice(spans: list[bool], upto: int) -> str:
+                step = "*".join(size[e] for e in range(1, upto) if spans[e]) or "1"
+                return f"[u0 * {step}:u1 * {step}]"
+            code += [f"    in{j} = in{j}{rows_slice(full[j], rank)}" for j in range(len(loaded)) if full[j][0]]
+            for o, name in enumerate(outputs):
+                reduced = red is not None and name == red.outputs[0].name
+                code.append(f"    out{o} = out{o}{rows_slice([True] * rank, n_outer if reduced else rank)}")
         for d in range(n_outer):
-            rng = "range(u0, u1)" if d == 0 else f"range({size[d]})"
+            rng = "range(u1 - u0)" if d == 0 else f"range({size[d]})"
             code.append("    " * (d + 1) + f"for i{d} in {rng}:")
         code += ["    " * (n_outer + 1) + line for line in before]
         for d in range(n_outer, rank):
-            rng = "range(u0, u1)" if d == 0 and splittable else f"range({size[d]})"
+            rng = "range(u1 - u0)" if d == 0 and splittable else f"range({size[d]})"
             code.append("    " * (d + 1) + f"for i{d} in {rng}:")
         n_units = dims[0] if splittable else 1
         code += ["    " * (rank + 1) + line for line in lines]
