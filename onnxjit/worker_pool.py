@@ -144,8 +144,8 @@ def _pause(typingctx):
 
 @intrinsic
 def _sched_yield(typingctx):
-    """sched_yield(): a thread waiting to run on this core (Numba's OpenMP worker, pinned to the same core as
-    ours, whose kernel is running) gets it now rather than when the scheduler would preempt the poll loop."""
+    """sched_yield(): a thread waiting to run on this core (a BLAS thread, another process's) gets it now rather
+    than when the scheduler would preempt the poll loop."""
     def codegen(context, builder, signature, args):
         fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield")
         return builder.call(fn, [])
