@@ -44,6 +44,17 @@ def col_table(n_out, stride, pad, dil, k, size):
     return tab
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _split_even_odd(vrow, n, even, odd):
+    """even[t] = vrow[2t], odd[t] = vrow[2t + 1] over vrow's first n values: a stride-2 pass then reads each
+    phase contiguously (a loop LLVM vectorizes; the strided one gathered element by element)."""
+    for t in range(n // 2):
+        even[_u(t)] = vrow[_u(2 * t)]
+        odd[_u(t)] = vrow[_u(2 * t + 1)]
+    if n % 2:
+        even[_u(n // 2)] = vrow[_u(n - 1)]
+
+
 @njit(cache=True, nogil=True)
 def max_pool(x, dil, sw, td, th, tc, init, out, c0, c1):
     """Max over each window; a window with no input element (all padding) gives `init` (the dtype's lowest)."""
@@ -52,6 +63,8 @@ def max_pool(x, dil, sw, td, th, tc, init, out, c0, c1):
     dd, dh = dil[0], dil[1]
     kw = tc.shape[1]
     vrow = np.empty(in_w, dtype=x.dtype)
+    even = np.empty(in_w // 2 + 1, dtype=x.dtype)
+    odd = np.empty(in_w // 2 + 1, dtype=x.dtype)
     zero = x.dtype.type(0)  # m + zero: a plain store, not a masked one (see linalg.activate)
     for c in range(c0, c1):
         xc = x[c]
@@ -78,11 +91,20 @@ def max_pool(x, dil, sw, td, th, tc, init, out, c0, c1):
                                 v = src[_u(t)]
                                 m = vrow[_u(t)]
                                 vrow[_u(t)] = v if v > m else m + zero
+                if sw == 2:
+                    _split_even_odd(vrow, in_w, even, odd)
                 for e in range(kw):
                     off, j0, j1 = tc[0, e], tc[1, e], tc[2, e]
                     if sw == 1:
                         for j in range(j0, j1):
                             v = vrow[_u(j + off)]
+                            m = orow[_u(j)]
+                            orow[_u(j)] = v if v > m else m + zero
+                    elif sw == 2:  # column 2j + off: phase off % 2 at j + off // 2
+                        q = off // 2
+                        phase = even if off - 2 * q == 0 else odd
+                        for j in range(j0, j1):
+                            v = phase[_u(j + q)]
                             m = orow[_u(j)]
                             orow[_u(j)] = v if v > m else m + zero
                     else:
@@ -102,6 +124,8 @@ def avg_pool(x, dil, sw, td, th, tc, colw, count_include_pad, out, c0, c1):
     dd, dh = dil[0], dil[1]
     kw = tc.shape[1]
     vrow = np.empty(in_w, dtype=x.dtype)
+    even = np.empty(in_w // 2 + 1, dtype=x.dtype)
+    odd = np.empty(in_w // 2 + 1, dtype=x.dtype)
     acc = np.empty(ow, dtype=x.dtype)
     for c in range(c0, c1):
         xc = x[c]
@@ -126,11 +150,18 @@ def avg_pool(x, dil, sw, td, th, tc, colw, count_include_pad, out, c0, c1):
                             vrow[_u(t)] += src[_u(t)]
                 for j in range(ow):
                     acc[_u(j)] = 0
+                if sw == 2:
+                    _split_even_odd(vrow, in_w, even, odd)
                 for e in range(kw):
                     off, j0, j1 = tc[0, e], tc[1, e], tc[2, e]
                     if sw == 1:
                         for j in range(j0, j1):
                             acc[_u(j)] += vrow[_u(j + off)]
+                    elif sw == 2:  # column 2j + off: phase off % 2 at j + off // 2
+                        q = off // 2
+                        phase = even if off - 2 * q == 0 else odd
+                        for j in range(j0, j1):
+                            acc[_u(j)] += phase[_u(j + q)]
                     else:
                         for j in range(j0, j1):
                             acc[_u(j)] += vrow[_u(j * sw + off)]
