@@ -30,6 +30,21 @@ def _rand(shape, dtype=F32, seed=0):
     return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
 
 
+def _counted(monkeypatch, module, name):
+    """A list that gets one entry per call of the kernel module.name from here on."""
+    calls = []
+    kernel = getattr(module, name)
+    monkeypatch.setattr(module, name, lambda *a: calls.append(1) or kernel(*a))
+    return calls
+
+
+def _check_conv(xs, ws, attrs, bias, opset=11, dtype=F32):
+    """Conv over random X, a constant random W and (with `bias`) B, checked against onnxruntime."""
+    b = _rand(ws[0], dtype, seed=2) if bias else None
+    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, seed=1), True), ("b", b, True)], opset,
+          **attrs)
+
+
 
 
 def expected(model, feeds, oracle="ort"):
@@ -118,18 +133,14 @@ PACKED_CASES = [
 @pytest.mark.parametrize("xs,ws,attrs,bias,opset",
                          [c + (11,) for c in CONV_CASES] + [c + (1,) for c in CONV_CASES[:8]])
 def test_conv_f32(xs, ws, attrs, bias, opset):
-    b = _rand(ws[0], seed=2) if bias else None
-    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], opset, **attrs)
+    _check_conv(xs, ws, attrs, bias, opset)
 
 
 @pytest.mark.parametrize("xs,ws,attrs,bias", PACKED_CASES)
 def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     from onnxjit.kernels import conv as kconv
-    calls = []
-    kernel = kconv.conv_packed
-    monkeypatch.setattr(kconv, "conv_packed", lambda *a: calls.append(1) or kernel(*a))
-    b = _rand(ws[0], seed=2) if bias else None
-    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], 11, **attrs)
+    calls = _counted(monkeypatch, kconv, "conv_packed")
+    _check_conv(xs, ws, attrs, bias)
     assert calls
 
 
@@ -145,11 +156,8 @@ def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
 def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     """Grouped convs on kernels.conv.conv_padded (a padded, phase-split copy per group, no im2col)."""
     from onnxjit.kernels import conv as kconv
-    calls = []
-    kernel = kconv.conv_padded
-    monkeypatch.setattr(kconv, "conv_padded", lambda *a: calls.append(1) or kernel(*a))
-    b = _rand(ws[0], seed=2) if bias else None
-    check("Conv", [("x", _rand(xs), False), ("w", _rand(ws, seed=1), True), ("b", b, True)], 11, **attrs)
+    calls = _counted(monkeypatch, kconv, "conv_padded")
+    _check_conv(xs, ws, attrs, bias)
     assert calls
 
 
@@ -159,12 +167,8 @@ def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
 def test_conv_one_pixel_as_dot_products(xs, ws, bias, dtype, monkeypatch):
     """A 1x1 conv over one pixel (a squeeze-excitation block's) runs as dot products (kernels.linalg.dot_cols)."""
     from onnxjit.kernels import linalg as klinalg
-    name = "dot_cols_f32" if dtype == F32 else "dot_cols"
-    calls = []
-    kernel = getattr(klinalg, name)
-    monkeypatch.setattr(klinalg, name, lambda *a: calls.append(1) or kernel(*a))
-    b = _rand(ws[0], dtype, seed=2) if bias else None
-    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, seed=1), True), ("b", b, True)], 11)
+    calls = _counted(monkeypatch, klinalg, "dot_cols_f32" if dtype == F32 else "dot_cols")
+    _check_conv(xs, ws, {}, bias, dtype=dtype)
     assert calls
 
 
@@ -203,11 +207,8 @@ def test_conv_same_with_dilations(auto_pad):
 def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch):
     """3x3 stride-1 convs with enough channels and tiles run as Winograd F(4x4, 3x3) (kernels.conv)."""
     from onnxjit.kernels import conv as kconv
-    calls = []
-    kernel = kconv.conv_winograd
-    monkeypatch.setattr(kconv, "conv_winograd", lambda *a: calls.append(1) or kernel(*a))
-    b = _rand(ws[0], dtype, seed=2) if bias else None
-    check("Conv", [("x", _rand(xs, dtype), False), ("w", _rand(ws, dtype, 1), True), ("b", b, True)], 11, **attrs)
+    calls = _counted(monkeypatch, kconv, "conv_winograd")
+    _check_conv(xs, ws, attrs, bias, dtype=dtype)
     assert calls
 
 
@@ -375,9 +376,7 @@ def test_gemm_packed_runs_and_matches(ta, tb, cshape, monkeypatch):
     """float32 Gemm with a constant B on kernels.packed_gemm (B packed once): alpha folded into A's packing, C
     broadcast after it; rows off its 4-row panels, columns off its 16 lanes."""
     from onnxjit.kernels import linalg as klinalg
-    calls = []
-    kernel = klinalg.gemm_packed_blocks
-    monkeypatch.setattr(klinalg, "gemm_packed_blocks", lambda *a: calls.append(1) or kernel(*a))
+    calls = _counted(monkeypatch, klinalg, "gemm_packed_blocks")
     a = _rand((20, 13) if ta else (13, 20))
     b = _rand((37, 20) if tb else (20, 37), seed=1)
     c = None if cshape is None else _rand(cshape, seed=2)

@@ -21,6 +21,22 @@ def _count_units(hits, u0, u1):
 
 
 @pytest.fixture
+def launched(monkeypatch):
+    """One entry per run_units call that reached the pool from here on: whether it went through the native
+    hand-off (worker_pool._launcher found the kernel's entry point)."""
+    calls = []
+    real_launcher = worker_pool._launcher
+
+    def launcher(*a):
+        found = real_launcher(*a)
+        calls.append(found is not None)
+        return found
+
+    monkeypatch.setattr(worker_pool, "_launcher", launcher)
+    return calls
+
+
+@pytest.fixture
 def two_threads():
     before = numba.get_num_threads()
     numba.set_num_threads(min(2, numba.config.NUMBA_NUM_THREADS))
@@ -122,7 +138,8 @@ def test_callers_on_several_threads(two_threads):
 
 @pytest.mark.parametrize("images,group,kernel,stride", [(2, 1, 1, 1), (2, 1, 3, 2), (2, 4, 3, 1), (2, 8, 3, 1),
                                                         (1, 2, 3, 1), (1, 2, 3, 2)])  # the last: row tiles
-def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, images, group, kernel, stride):
+def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, launched, images, group, kernel,
+                                                 stride):
     """Real kernels (views of their arguments in inner loops, scratch allocations, the packed GEMM) split over
     the threads: every call parallel, as on big inputs, compared with onnxruntime."""
     from conftest import make_model, native_session, ort_run, tensor
@@ -131,15 +148,6 @@ def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, imag
     from onnxjit.ops import nn
     monkeypatch.setattr(worker_pool, "PARALLEL_GRAIN", 0)
     monkeypatch.setattr(nn, "PARALLEL_GRAIN", 0)  # the conv's plan: tiles for the threads
-    launched = []
-    real_launcher = worker_pool._launcher
-
-    def launcher(*a):
-        found = real_launcher(*a)
-        launched.append(found is not None)
-        return found
-
-    monkeypatch.setattr(worker_pool, "_launcher", launcher)
     rng = np.random.default_rng(0)
     c, m, size = 16, 24, 13
     w = numpy_helper.from_array(rng.standard_normal((m, c // group, kernel, kernel)).astype(np.float32), "w")
@@ -157,7 +165,7 @@ def test_conv_kernels_through_the_native_hand_off(two_threads, monkeypatch, imag
     assert any(launched)  # the native hand-off ran
 
 
-def test_fused_kernels_split_over_the_threads(two_threads, monkeypatch):
+def test_fused_kernels_split_over_the_threads(two_threads, launched):
     """Fused kernels big enough to split (fuser.codegen: the arrays sliced to each share's rows) with inputs
     broadcast along and across the split dimension, an elementwise chain and a reduction over the last axis,
     against onnxruntime."""
@@ -179,15 +187,6 @@ def test_fused_kernels_split_over_the_threads(two_threads, monkeypatch):
     sess = onnxjit.InferenceSession(model.SerializeToString(), so)
     x = rng.standard_normal((3, 64, 600)).astype(np.float32)
     want = ort_run(model, {"x": x})
-    launched = []
-    real_launcher = worker_pool._launcher
-
-    def launcher(*a):
-        found = real_launcher(*a)
-        launched.append(found is not None)
-        return found
-
-    monkeypatch.setattr(worker_pool, "_launcher", launcher)
     for _ in range(3):  # the first run compiles on the caller; the others split
         got = sess.run(None, {"x": x})
         np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-4)  # 600-term sums in another order
