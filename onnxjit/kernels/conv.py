@@ -26,7 +26,8 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
-from onnxjit.kernels.packed_gemm import MR, aligned_start, bias4, gemm_blocked, gemm_packed, scratch_size, tile_at_offsets
+from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias4, gemm_blocked, gemm_packed, scratch_size,
+                                         tile_at_offsets)
 from onnxjit.kernels.simd import LANES
 
 
@@ -272,6 +273,20 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
             _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
 
 
+@njit(cache=True, nogil=True, inline="always")
+def _phase_row(xf, src, in_w, pw, sw, wq, dst, d0, plane):
+    """One input row (xf[src:src + in_w]) padded by pw in front, into its sw column phases: phase px's row, wq
+    wide at dst[d0 + px * plane], gets padded columns px, px + sw, ... (the padding's places left as they are),
+    each a plain strided loop."""
+    for px in range(sw):
+        c0 = max(0, -(-(pw - px) // sw))  # phase columns inside the input
+        c1 = min(wq, -(-(in_w + pw - px) // sw))
+        s = src + px - pw
+        d = d0 + px * plane
+        for q in range(c0, c1):
+            dst[_u(d + q)] = xf[_u(s + q * sw)]
+
+
 @njit(cache=True, nogil=True)
 def conv_padded(x, wp, m_out, bias, z, group, k, s, p, tile_rows, kind, act, out, u0, u1):
     """An undilated 2-D conv of few channels per group (regnet's 8) with packed_gemm's microkernel and no im2col:
@@ -331,14 +346,8 @@ def conv_padded(x, wp, m_out, bias, z, group, k, s, p, tile_rows, kind, act, out
                     continue
                 if qr >= qr1:
                     break
-                row = ch * chan + (gr - qr * sh) * sw * plane + qr * wq
-                for pc in range(sw):  # the input columns c with (c + pw) % sw == pc, one phase plane's row
-                    c0 = (pc - pw) % sw
-                    q0 = (c0 + pw) // sw
-                    d0 = row + pc * plane + q0
-                    s0 = src + r * in_w + c0
-                    for j in range(min(-(-(in_w - c0) // sw), wq - q0)):
-                        buf[_u(d0 + j)] = xf[_u(s0 + j * sw)]
+                _phase_row(xf, src + r * in_w, in_w, pw, sw, wq, buf, ch * chan + (gr - qr * sh) * sw * plane + qr * wq,
+                           plane)
         a_base = g * wp.shape[1] * kk * MR
         for pnl in range(panels):
             i0 = pnl * MR
@@ -428,18 +437,11 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                         if sw == 2:  # both column phases of a row in one pass (a de-interleave, vectorized)
                             _split_pairs(xf, planes, src, py, sh, ph, pw, hq, wq, in_h, in_w, phase)
                             continue
-                        for px in range(sw):
-                            base = (py * sw + px) * phase
-                            c0 = max(0, -(-(pw - px) // sw))  # phase columns inside the input
-                            c1 = min(wq, -(-(in_w + pw - px) // sw))
-                            for r in range(hq):
-                                row = r * sh + py - ph
-                                if row < 0 or row >= in_h:
-                                    continue
-                                dst = base + r * wq
-                                srow = src + row * in_w + px - pw
-                                for q in range(c0, c1):
-                                    planes[_u(dst + q)] = xf[_u(srow + q * sw)]
+                        for r in range(hq):
+                            row = r * sh + py - ph
+                            if 0 <= row < in_h:
+                                _phase_row(xf, src + row * in_w, in_w, pw, sw, wq, planes, py * sw * phase + r * wq,
+                                           phase)
                     wc = w[m, c, a]
                     if kh == 3 and kw == 3:
                         _taps9(acc, planes, span, wc, offs)
