@@ -35,8 +35,8 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import np_dtype
 from onnxjit.kernels import normalization as kn
 from onnxjit.kernels import reduce as kr
-from onnxjit.ops.nn import run_units
-from onnxjit.ops.reduce import F32, F64, compute_float, input_elem, ro
+from onnxjit.ops.nn import ro, run_units
+from onnxjit.ops.reduce import F32, F64, compute_float, input_elem
 from onnxjit.ops.registry import attr, register_op, register_pair
 
 FLOATS = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, T.DOUBLE})

@@ -29,6 +29,7 @@ from onnx import TensorProto as T
 
 from onnxjit.ir.types import np_dtype
 from onnxjit.kernels import reduce as kr
+from onnxjit.ops.nn import ro
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 
 SUM, MEAN, MAX, MIN, PROD, L1, L2, LOGSUM, LOGSUMEXP, SUMSQ = range(10)
@@ -43,15 +44,6 @@ _SIGN = np.int64(-(2 ** 63))
 
 
 # --- helpers shared with onnxjit.ops.normalization ----------------------------------------------------------
-def ro(a: np.ndarray) -> np.ndarray:
-    """`a` as a read-only C-contiguous array, so kernels compile once per dtype whatever the input's origin."""
-    a = np.ascontiguousarray(a)
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
-
-
 def is_float(dtype: np.dtype) -> bool:
     return dtype.kind == "f" or dtype == BF16
 

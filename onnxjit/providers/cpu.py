@@ -25,6 +25,7 @@ from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Graph, Node
 from onnxjit.ir.types import TensorType
+from onnxjit.ops.nn import ro
 from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
@@ -69,21 +70,13 @@ def _external_names(graph: Graph) -> set[str]:
     return names
 
 
-def _read_only(a: np.ndarray) -> np.ndarray:
-    """`a` as the read-only array the kernel's signature names: exactly its types, so worker_pool hands it to
-    the threads natively (a writable array converts at the dispatcher, and runs on the caller alone)."""
-    if a.flags.writeable:
-        a = a.view()
-        a.flags.writeable = False
-    return a
-
-
 def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
     sizes = [int(np.prod(shape, dtype=np.int64)) for shape in spec.out_shapes]
 
     def run(*args: Any) -> list[np.ndarray]:
-        ins = [_read_only(np.ascontiguousarray(args[i], dtype=dt).reshape(-1))
-               for i, dt in zip(spec.loaded, spec.in_dtypes)]
+        # read-only, exactly the kernel's signature: worker_pool then hands the arrays to the threads natively
+        # (a writable array converts at the dispatcher, and runs on the caller alone)
+        ins = [ro(np.ascontiguousarray(args[i], dtype=dt).reshape(-1)) for i, dt in zip(spec.loaded, spec.in_dtypes)]
         outs = [np.empty(n, dt) for n, dt in zip(sizes, spec.out_dtypes)]
         # zero-size loops run no iterations; a reduction then gives its start
         run_units(kernel, (*ins, *outs, *spec.sizes), spec.n_units, spec.work)
