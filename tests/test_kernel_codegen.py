@@ -102,6 +102,13 @@ def test_network_kernels_have_no_masked_stores():
                              [numpy_helper.from_array(rng.standard_normal((4, 120, 3, 3)).astype(np.float32), "W")])
     onnxjit.InferenceSession(helper.make_model(deep, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
                              ).run(None, {"x": rng.standard_normal((1, 120, 5, 5), dtype=np.float32)})
+    # a depthwise conv over a plane larger than conv_depthwise_blocked takes runs on conv_direct
+    plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
+                              [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 30, 30])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, 30, 30])],
+                              [numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "W")])
+    onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+                             ).run(None, {"x": rng.standard_normal((1, 2, 30, 30), dtype=np.float32)})
     checked = []
     for module in (conv, pool, reduce, loss, linalg):
         for name, d in vars(module).items():
@@ -117,4 +124,5 @@ def test_network_kernels_have_no_masked_stores():
             for sig, asm in fresh.inspect_asm().items():
                 checked.append(name)
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
-    assert {"conv_gemm", "conv_direct", "max_pool", "minmax", "activate"} <= set(checked), checked
+    assert {"conv_gemm", "conv_direct", "conv_depthwise_blocked", "max_pool", "minmax", "activate"} <= set(checked), \
+        checked

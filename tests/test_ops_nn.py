@@ -161,6 +161,37 @@ def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("xs,ws,attrs,bias", [
+    ((1, 16, 7, 7), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
+    ((2, 20, 7, 9), (20, 1, 5, 5), dict(group=20, pads=[2, 2, 2, 2]), False),  # a partial block, images
+    ((1, 40, 14, 14), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2]), True),
+    ((1, 24, 11, 10), (24, 1, 5, 5), dict(group=24, pads=[2, 1, 0, 2], strides=[2, 3]), True),  # uneven pads
+    ((1, 8, 9, 9), (8, 1, 3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2]), False),
+    ((1, 12, 6, 3), (12, 1, 3, 3), dict(group=12, auto_pad="SAME_UPPER"), True),  # rows narrower than 4 pixels
+    ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
+    ((1, 96, 14, 14), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
+])
+def test_conv_depthwise_blocked_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
+    """float32 depthwise convs over small planes: kernels.conv.conv_depthwise_blocked (channels-last in registers)."""
+    from onnxjit.kernels import conv as kconv
+    calls = _counted(monkeypatch, kconv, "conv_depthwise_blocked")
+    _check_conv(xs, ws, attrs, bias)
+    assert calls
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", [
+    ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
+    ((2, 3, 33, 29), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
+    ((1, 2, 40, 31), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
+])
+def test_conv_depthwise_large_plane_runs_direct(xs, ws, attrs, bias, monkeypatch):
+    """Past DEPTHWISE_BLOCKED_MAX_PIXELS a float32 depthwise conv keeps conv_direct's per-plane loops."""
+    from onnxjit.kernels import conv as kconv
+    calls = _counted(monkeypatch, kconv, "conv_direct")
+    _check_conv(xs, ws, attrs, bias)
+    assert calls
+
+
 @pytest.mark.parametrize("xs,ws,bias", [((1, 37, 1, 1), (19, 37, 1, 1), True), ((3, 144, 1, 1), (40, 144, 1, 1), False),
                                          ((2, 5, 1), (7, 5, 1), True)])
 @pytest.mark.parametrize("dtype", [F32, F64])

@@ -1,23 +1,25 @@
-"""The layout pass of ORT_ENABLE_ALL (channels-last depthwise convolutions) and com.onnxjit NhwcConv's kernel."""
+"""The layout pass of ORT_ENABLE_ALL (channels-last depthwise convolutions, for the dtypes other than float32, which
+conv_depthwise_blocked runs channels-last inside one kernel) and com.onnxjit NhwcConv's kernel."""
 from __future__ import annotations
 
 import numpy as np
 import onnx
 import pytest
-from conftest import assert_all_same, make_model, native_session, ort_run
+from conftest import assert_all_same, make_model, native_session, ort_run, ref_run
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
 from onnxjit.optimizer.layout import NHWC_MAX_PIXELS, NHWC_MIN_CHANNELS
 
 F = TensorProto.FLOAT
+D = TensorProto.DOUBLE
 L = onnxjit.GraphOptimizationLevel
 
 
-def _dw_model(c: int, hw: int, steps: list[str], **conv_attrs):
+def _dw_model(c: int, hw: int, steps: list[str], elem=D, **conv_attrs):
     """x [1, c, hw, hw] through `steps`: "dw" a depthwise 3x3 conv (with a bias), or an elementwise op."""
     rng = np.random.default_rng(0)
-    elem, dtype = F, np.float32
+    dtype = helper.tensor_dtype_to_np_dtype(elem)
     nodes, inits, prev = [], [], "x"
     attrs = {"pads": [1, 1, 1, 1], **conv_attrs}
     for i, step in enumerate(steps):
@@ -35,14 +37,17 @@ def _dw_model(c: int, hw: int, steps: list[str], **conv_attrs):
 
 
 def _run(model, level=L.ORT_ENABLE_ALL, atol=None):
-    """The optimization report after running `model` at `level`, its output checked against onnxruntime (within
-    `atol` where given: the dense case's 576-term sums cancel beyond the default float32 tolerance)."""
+    """The optimization report after running `model` at `level`, its output checked against onnxruntime, or
+    onnx.reference for float64 (onnxruntime has no float64 Conv), within `atol` where given (the dense case's
+    576-term sums cancel beyond the default float32 tolerance)."""
     so = onnxjit.SessionOptions()
     so.graph_optimization_level = level
     sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    x = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
-    got, want = sess.run(None, {"x": x}), ort_run(model, {"x": x})
+    tensor_type = model.graph.input[0].type.tensor_type
+    x = np.random.default_rng(1).standard_normal([d.dim_value for d in tensor_type.shape.dim])
+    x = x.astype(helper.tensor_dtype_to_np_dtype(tensor_type.elem_type))
+    got = sess.run(None, {"x": x})
+    want = ref_run(model, {"x": x}) if tensor_type.elem_type == D else ort_run(model, {"x": x})
     if atol is None:
         assert_all_same(got, want)
     else:
@@ -52,7 +57,6 @@ def _run(model, level=L.ORT_ENABLE_ALL, atol=None):
 
 def test_depthwise_chain_runs_channels_last_with_conversions_at_its_edges():
     # Conv + Relu becomes FusedConv (extended), then both convs NhwcConv, sharing the channels-last value
-    # (float64, which onnxruntime's Conv lacks, is covered by the kernel tests below)
     after = _run(_dw_model(NHWC_MIN_CHANNELS, 7, ["dw", "Relu", "dw"]))
     assert after["com.onnxjit::NhwcConv"] == 2 and after["Transpose"] == 2, dict(after)
     assert after["Conv"] == after["com.onnxjit::FusedConv"] == 0
@@ -68,19 +72,26 @@ def test_conversions_around_an_op_that_stays_nchw():
     assert after["com.onnxjit::NhwcConv"] == 2 and after["Transpose"] == 4, dict(after)
 
 
-@pytest.mark.parametrize("case", ["few_channels", "large_plane", "dense"])
-def test_layout_stays_where_it_does_not_pay(case):
+@pytest.mark.parametrize("case", ["few_channels", "large_plane", "dense", "float32"])
+def test_layout_stays_where_it_does_not_pay(case, monkeypatch):
     c = NHWC_MIN_CHANNELS // 2 if case == "few_channels" else NHWC_MIN_CHANNELS
     hw = int(NHWC_MAX_PIXELS ** 0.5) + 1 if case == "large_plane" else 7
-    model = _dw_model(c, hw, ["dw"])
+    model = _dw_model(c, hw, ["dw"], elem=F if case in ("dense", "float32") else D)
     if case == "dense":  # group 1
         conv = model.graph.node[0]
         del conv.attribute[:]
         conv.attribute.extend([helper.make_attribute("pads", [1, 1, 1, 1])])
         w = numpy_helper.from_array(np.random.default_rng(2).standard_normal((c, c, 3, 3)).astype(np.float32), "w0")
         model.graph.initializer[0].CopyFrom(w)
+    if case == "float32":  # channels-last inside conv_depthwise_blocked instead
+        from onnxjit.kernels import conv as kconv
+        calls = []
+        kernel = kconv.conv_depthwise_blocked
+        monkeypatch.setattr(kconv, "conv_depthwise_blocked", lambda *a: calls.append(1) or kernel(*a))
     after = _run(model, atol=1e-4 if case == "dense" else None)
     assert after["com.onnxjit::NhwcConv"] == 0 and after["Transpose"] == 0, dict(after)
+    if case == "float32":
+        assert calls
 
 
 def test_optimized_model_file_with_nhwc_conv_loads_back(tmp_path):
@@ -88,7 +99,7 @@ def test_optimized_model_file_with_nhwc_conv_loads_back(tmp_path):
     path = tmp_path / "optimized.onnx"
     so = onnxjit.SessionOptions()
     so.optimized_model_filepath = str(path)
-    x = np.random.default_rng(3).standard_normal((1, NHWC_MIN_CHANNELS, 7, 7)).astype(np.float32)
+    x = np.random.default_rng(3).standard_normal((1, NHWC_MIN_CHANNELS, 7, 7))
     want = onnxjit.InferenceSession(model.SerializeToString(), so).run(None, {"x": x})
     saved = onnx.load(str(path))
     onnx.checker.check_model(saved)

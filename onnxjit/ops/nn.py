@@ -47,6 +47,11 @@ PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns o
 # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
 PADDED_CONV_MAX_K = 1024
+# float32 depthwise 2-D convs whose padded input window has at most this many pixels run channels-last in
+# registers (kernels.conv.conv_depthwise_blocked); larger planes keep conv_direct's long per-plane loops. Kernel
+# time, blocked / direct, one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75,
+# but 30x30 (28x28) 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
+DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
 
@@ -329,6 +334,12 @@ def build_conv(node):
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
+        elif (itemsize == 4 and r == 2 and group == xs[1] == m_out
+              and ((out[0] - 1) * s3[1] + (k3[1] - 1) * d3[1] + 1) * ((out[1] - 1) * s3[2] + (k3[2] - 1) * d3[2] + 1)
+              <= DEPTHWISE_BLOCKED_MAX_PIXELS):
+            mode = "depthwise"
+            tile_rows = m_blocks = 1
+            units = n_img * -(-m_out // LANES)
         elif direct:
             mode = "direct"
             tile_rows = m_blocks = 1
@@ -383,6 +394,9 @@ def build_conv(node):
             return (klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols,
                     (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
                      consts, m_blocks, None), (0, None, 9), shape, shape5, units, work, False)
+        if mode == "depthwise":
+            return (kconv.conv_depthwise_blocked, (None, w5, bias, None, k, s, d, p, act.kind, consts, None), (0, 3, 10),
+                    shape, shape5, units, work, False)
         if mode == "direct":
             return (kconv.conv_direct, (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None), (0, 3, 11),
                     shape, shape5, units, work, False)

@@ -8,10 +8,13 @@ thread, 3x3, stride 1, NHWC kernel plus both layout conversions against the NCHW
 14x14x272 146 vs 198 us, but 28x28x136 344 vs 222 us and 112x112x32 2956 vs 1016 us. Since the NCHW kernel adds
 a 3x3 kernel's taps in one pass (kernels/conv.py conv_direct), on the AMD Zen 3 VM (one session per case, one
 thread, with Relu): 14x14x576 306 us (NHWC 143 + conversions 163) vs 184 us NCHW, 7x7x960 123 us (65 + 58) vs
-185 us: only 7x7 planes still gain. Hence the rule: a
-depthwise Conv / FusedConv (2-D, group = channels = outputs, no residual input) whose output plane has at most
-NHWC_MAX_PIXELS pixels and at least NHWC_MIN_CHANNELS channels becomes com.onnxjit NhwcConv between two
-Transposes. A Conv whose input is such a Transpose back to NCHW reads the channels-last value directly, so a
+185 us: only 7x7 planes still gain. Since float32 depthwise convs over small planes run channels-last inside
+one kernel instead (kernels/conv.py conv_depthwise_blocked: a 16-channel block copied into a channels-last window
+in L1), faster than NhwcConv with both conversions (AMD Zen 3 VM, one thread: 7x7x576 5x5 86 vs 127 us,
+7x7x960 3x3 92 vs 147 us, 14x14x672 5x5 stride 2 143 vs 229 us), the rule is left for the other dtypes: a
+depthwise Conv / FusedConv (2-D, group = channels = outputs, no residual input, not float32) whose output plane
+has at most NHWC_MAX_PIXELS pixels and at least NHWC_MIN_CHANNELS channels becomes com.onnxjit NhwcConv between
+two Transposes. A Conv whose input is such a Transpose back to NCHW reads the channels-last value directly, so a
 chain of them converts only at its edges.
 """
 from __future__ import annotations
@@ -29,7 +32,7 @@ from onnxjit.optimizer.pattern import fresh_name, make_attr, remove_dead_produce
 
 NHWC_MAX_PIXELS = 7 * 7
 NHWC_MIN_CHANNELS = 64
-FLOAT_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
+CHANNELS_LAST_TYPES = frozenset({TensorProto.DOUBLE})  # float32 has conv_depthwise_blocked
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides", "activation",
                "activation_params")
 
@@ -43,7 +46,7 @@ def _nhwc_output_shape(node: Node) -> tuple[int, ...] | None:
         return None  # a residual input Z stays with FusedConv
     x, w = node.inputs[0], node.inputs[1]
     xs, ws = static_shape(x), static_shape(w)
-    if xs is None or ws is None or len(xs) != 4 or len(ws) != 4 or x.type.elem_type not in FLOAT_TYPES:
+    if xs is None or ws is None or len(xs) != 4 or len(ws) != 4 or x.type.elem_type not in CHANNELS_LAST_TYPES:
         return None
     c = xs[1]
     auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
