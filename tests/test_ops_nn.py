@@ -126,7 +126,7 @@ PACKED_CASES = [
     ((1, 700, 6, 6), (9, 700, 1, 1), dict(), True),
     ((1, 96, 14, 14), (144, 96, 1, 1), dict(), True),
     ((1, 8, 40, 40), (24, 8, 1, 1), dict(), False),
-    ((2, 3, 33, 31), (10, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),
+    ((2, 3, 33, 31), (30, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # more channels than taps
 ]
 
 
@@ -157,6 +157,23 @@ def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
     """Grouped convs on kernels.conv.conv_padded (a padded, phase-split copy per group, no im2col)."""
     from onnxjit.kernels import conv as kconv
     calls = _counted(monkeypatch, kconv, "conv_padded")
+    _check_conv(xs, ws, attrs, bias)
+    assert calls
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias", [
+    ((1, 3, 32, 32), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem
+    ((2, 3, 30, 27), (20, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), False),  # a partial block, images
+    ((1, 4, 9, 11), (7, 4, 3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 2]), True),  # uneven pads
+    ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
+    ((1, 3, 6, 5), (8, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), False),  # rows of 3 pixels
+    ((1, 32, 40, 40), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # enough for the threads
+])
+def test_conv_broadcast_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
+    """float32 convs with more taps than output channels (stems): kernels.conv.conv_broadcast (vectors over the
+    output channels, no im2col)."""
+    from onnxjit.kernels import conv as kconv
+    calls = _counted(monkeypatch, kconv, "conv_broadcast")
     _check_conv(xs, ws, attrs, bias)
     assert calls
 

@@ -151,6 +151,17 @@ def test_grouped_conv_residual_activation(act):
 
 
 @pytest.mark.parametrize("act", ["Relu", "HardSwish"])
+def test_broadcast_conv_residual_activation(act):
+    """A FusedConv with more taps than output channels (kernels.conv.conv_broadcast) adds Z and activates in its
+    epilogue (Relu in registers only without Z)."""
+    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
+                               cin=3, cout=20, extra_inputs=(tensor("z", F32, [2, 20, 6, 5]),))
+    _check(model, feeds, "FusedConv")
+    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], cin=3, cout=20)
+    _check(model, feeds, "FusedConv")
+
+
+@pytest.mark.parametrize("act", ["Relu", "HardSwish"])
 def test_depthwise_conv_residual_activation(act):
     """A depthwise FusedConv over a small plane (kernels.conv.conv_depthwise_blocked) adds Z and activates in its
     epilogue (Relu in registers only without Z)."""

@@ -22,15 +22,23 @@ def _count_units(hits, u0, u1):
 
 @pytest.fixture
 def launched(monkeypatch):
-    """One entry per run_units call that reached the pool from here on: whether it went through the native
-    hand-off (worker_pool._launcher found the kernel's entry point)."""
+    """From here on, True for each job run through the native hand-off, and False for each lookup of
+    worker_pool._launcher that found no entry point (the job then ran on the caller). A CallSite looks the entry
+    up once and keeps it, so the hand-off itself is counted, by wrapping what the lookup gives."""
     calls = []
     real_launcher = worker_pool._launcher
 
     def launcher(*a):
         found = real_launcher(*a)
-        calls.append(found is not None)
-        return found
+        if found is None:
+            calls.append(False)
+            return None
+        entry, launch = found
+
+        def counted(*args):
+            calls.append(True)
+            return launch(*args)
+        return entry, counted
 
     monkeypatch.setattr(worker_pool, "_launcher", launcher)
     return calls
@@ -50,6 +58,31 @@ def test_every_unit_runs_once(two_threads, n_units):
         hits = np.zeros(n_units, dtype=np.int64)
         worker_pool.run_units(_count_units, (hits,), n_units, worker_pool.PARALLEL_GRAIN)
         assert (hits == 1).all()
+
+
+@pytest.mark.parametrize("work", [1, worker_pool.PARALLEL_GRAIN])
+def test_call_site_runs_every_unit_once_and_keeps_the_compiled_entry(two_threads, launched, work):
+    """A CallSite runs like run_units, on the caller alone (small work) or split; after its first call the serial
+    path calls the kernel's compiled entry point (no type dispatch) and the split path the native hand-off it
+    looked up once."""
+    site = worker_pool.CallSite(_count_units)
+    for _ in range(20):
+        hits = np.zeros(17, dtype=np.int64)
+        site.run((hits,), 17, work)
+        assert (hits == 1).all()
+    if work == 1:
+        assert site._serial in [cres.entry_point for cres in _count_units.overloads.values()]
+        assert not launched
+    else:
+        assert launched.count(True) >= 19
+
+
+def test_call_site_of_a_python_callable_runs_on_the_caller(two_threads):
+    seen = []
+    site = worker_pool.CallSite(lambda hits, u0, u1: seen.append((u0, u1)))
+    for _ in range(3):
+        site.run((None,), 8, worker_pool.PARALLEL_GRAIN)
+    assert seen == [(0, 8)] * 3
 
 
 @njit(cache=True, nogil=True)

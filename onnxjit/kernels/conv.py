@@ -10,6 +10,8 @@ units over threads. Strategies:
   * `conv_winograd`: 3x3 stride-1 2-D convs with enough channels and tiles, by Winograd F(4x4, 3x3).
   * `conv_direct`: units (image, output channel), accumulating shifted zero-padded input planes; for grouped
     convs with few channels per group (depthwise), where a GEMM per group would be tiny.
+  * `conv_broadcast`: float32 2-D convs with more taps than output channels (stems), units (image, band of
+    output rows), vectors over the output channels times broadcast input values: no im2col.
   * `conv_depthwise_blocked`: float32 depthwise 2-D convs over small planes, units (image, block of LANES
     channels), channels-last in vector registers inside the kernel.
   * `conv_depthwise_nhwc`: depthwise convs on channels-last images (com.onnxjit NhwcConv, written by the
@@ -552,6 +554,104 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                 of[_u(dst + c * oplane + q)] = acc[_u(q * LANES + c)]
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, cb, cb + nc, 0, oplane, kind, act)
+
+
+@njit(cache=True, nogil=True)
+def conv_broadcast(x, w, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
+    """A 2-D float32 conv of few taps (input channels x kernel: a network's stem, 3 channels 3x3), units
+    [u0, u1) of (image, band of `tile_rows` output rows), x, w, z and out 5-D as conv_direct's. Vectors run over
+    the output channels: each unit copies its band's input rows into a zero-padded buffer, then for 4 output
+    pixels at a time, per block of LANES output channels, adds each tap as one weight vector times the input
+    value broadcast, in 4 vector registers; the block goes back to NCHW as the unit stores it.
+
+    Why: as a GEMM such a conv is mostly its im2col (27 rows copied out of 3 strided planes for 16 or 32
+    output rows), and its output rows too few for packed_gemm's tiles."""
+    n_img, n_ch, in_h, in_w = x.shape[0], x.shape[1], x.shape[3], x.shape[4]
+    m_out = w.shape[0]
+    oh, ow = out.shape[3], out.shape[4]
+    kh, kw = k[1], k[2]
+    sh, sw = s[1], s[2]
+    dh, dw = d[1], d[2]
+    ph, pw = p[1], p[2]
+    taps = n_ch * kh * kw
+    wp = (ow - 1) * sw + (kw - 1) * dw + 1  # the padded row width the taps read
+    band_h = (tile_rows - 1) * sh + (kh - 1) * dh + 1
+    buf = np.zeros(n_ch * band_h * wp, dtype=np.float32)
+    n_mb = -(-m_out // LANES)
+    wf = w.reshape(-1)
+    wt = np.zeros(n_mb * taps * LANES, dtype=np.float32)  # per block of output channels and tap, a vector
+    bv = np.zeros(n_mb * LANES, dtype=np.float32)
+    for m in range(m_out):
+        mb, lane = m // LANES, m % LANES
+        for t in range(taps):
+            wt[(mb * taps + t) * LANES + lane] = wf[m * taps + t]
+        bv[m] = bias[m] if bias.size > 0 else np.float32(0)
+    offs = np.empty(taps, dtype=np.int64)  # each tap's place in buf, from the pixel's first
+    for c in range(n_ch):
+        for b in range(kh):
+            for e in range(kw):
+                offs[(c * kh + b) * kw + e] = (c * band_h + b * dh) * wp + e * dw
+    acc = np.empty(tile_rows * ow * LANES, dtype=np.float32)
+    lo, hi, kind = register_clamp(kind, act, z.size > 0)
+    xf, of = x.reshape(-1), out.reshape(-1)
+    out3 = out.reshape((n_img, m_out, oh * ow))
+    z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
+    no_bias = bias[:0]
+    bands = -(-oh // tile_rows)
+    c1 = min(wp, in_w + pw)  # the buffer's columns inside the input (the others stay zero)
+    for u in range(u0, u1):
+        n = u // bands
+        r0 = (u - n * bands) * tile_rows
+        nr = min(oh, r0 + tile_rows) - r0
+        for c in range(n_ch):
+            for q in range((nr - 1) * sh + (kh - 1) * dh + 1):
+                ih = r0 * sh + q - ph
+                dst = (c * band_h + q) * wp
+                if 0 <= ih < in_h:
+                    src = ((n * n_ch + c) * in_h + ih) * in_w - pw
+                    for col in range(pw, c1):
+                        buf[_u(dst + col)] = xf[_u(src + col)]
+                else:
+                    for col in range(wp):
+                        buf[_u(dst + col)] = np.float32(0)
+        for mb in range(n_mb):
+            b0 = vload(bv, _u(mb * LANES))
+            wb = mb * taps * LANES
+            for i in range(nr):
+                j = 0
+                while j < ow:
+                    if ow >= 4:  # 4 pixels; the last group overlaps the one before where ow is not a multiple of 4
+                        j = min(j, ow - 4)
+                        a0, a1, a2, a3 = b0, b0, b0, b0
+                        px = i * sh * wp + j * sw
+                        for t in range(taps):
+                            wv = vload(wt, _u(wb + t * LANES))
+                            o = _u(px + offs[t])
+                            a0 = vfma(wv, vsplat(buf[o]), a0)
+                            a1 = vfma(wv, vsplat(buf[o + _u(sw)]), a1)
+                            a2 = vfma(wv, vsplat(buf[o + _u(2 * sw)]), a2)
+                            a3 = vfma(wv, vsplat(buf[o + _u(3 * sw)]), a3)
+                        at = _u((i * ow + j) * LANES)
+                        vstore(acc, at, vclamp(a0, lo, hi))
+                        vstore(acc, at + _u(LANES), vclamp(a1, lo, hi))
+                        vstore(acc, at + _u(2 * LANES), vclamp(a2, lo, hi))
+                        vstore(acc, at + _u(3 * LANES), vclamp(a3, lo, hi))
+                        j += 4
+                    else:
+                        a0 = b0
+                        px = i * sh * wp + j * sw
+                        for t in range(taps):
+                            a0 = vfma(vload(wt, _u(wb + t * LANES)), vsplat(buf[_u(px + offs[t])]), a0)
+                        vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
+                        j += 1
+            m0 = mb * LANES
+            nm = min(LANES, m_out - m0)
+            dst = (n * m_out + m0) * oh * ow + r0 * ow
+            for q in range(nr * ow):  # pixel by pixel into nm output planes: both sides move forward
+                for c in range(nm):
+                    of[_u(dst + c * oh * ow + q)] = acc[_u(q * LANES + c)]
+            if z3.size > 0 or kind != IDENTITY:
+                _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, nr * ow, kind, act)
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -218,10 +218,15 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, 
     rows = row1 - row0
     panels = -(-rows // MR)
     for p in range(panels):
-        for i in range(k):
-            for r in range(MR):
-                row = row0 + p * MR + r
-                scratch[_u((p * k + i) * MR + r)] = alpha * a[row, i] if row < row1 else np.float32(0)
+        for r in range(MR):  # row by row, the rows past row1 apart: a per-element test became masked loads
+            row = row0 + p * MR + r
+            dst = p * k * MR + r
+            if row < row1:
+                for i in range(k):
+                    scratch[_u(dst + i * MR)] = alpha * a[row, i]
+            else:
+                for i in range(k):
+                    scratch[_u(dst + i * MR)] = np.float32(0)
     ct = _u(panels * MR * k)
     bflat = bp.reshape(-1)
     no_bias = scratch[:0]

@@ -28,7 +28,7 @@ from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import single_threaded_blas
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
-from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, run_units  # other ops import them from here
+from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, CallSite, run_units  # other ops' too
 
 FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
 AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -52,6 +52,13 @@ PADDED_CONV_MAX_K = 1024
 # time, blocked / direct, one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75,
 # but 30x30 (28x28) 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
 DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
+# float32 2-D convs with more taps (input channels x kernel) than output channels, up to this many, run with
+# vectors over the output channels and no im2col (kernels.conv.conv_broadcast): the im2col matrix they avoid is
+# then larger than the output they write back to NCHW. One AMD Zen 3 thread, session time, broadcast / packed
+# im2col: 3->16 3x3 stride 2 over 224x224 0.79, 3->64 7x7 stride 2 0.79, 32->64 3x3 stride 2 over 56x56 0.68,
+# 8->24 3x3 over 112x112 0.97; but 3->32 3x3 stride 2 (27 taps, 32 channels) 1.12
+BROADCAST_CONV_MAX_TAPS = 320
+CONV_BROADCAST_BYTES = 64 << 10  # most bytes of a conv_broadcast unit's output rows (LANES channels)
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
 
@@ -98,6 +105,14 @@ def ro(a):
         a = a.view()
         a.flags.writeable = False
     return a
+
+
+def ro_reshaped(a, shape, dtype=None):
+    """ro(a.reshape(shape)) (of `a` as `dtype` where given) with one view made instead of two: a reshape is always
+    a new view."""
+    v = np.ascontiguousarray(a, dtype=dtype).reshape(shape)
+    v.flags.writeable = False
+    return v
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
@@ -340,6 +355,11 @@ def build_conv(node):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
+        elif itemsize == 4 and r == 2 and group == 1 and m_out < kk <= BROADCAST_CONV_MAX_TAPS and not pointwise:
+            mode = "broadcast"
+            m_blocks = 0
+            tile_rows = max(1, min(o3[1], CONV_BROADCAST_BYTES // (o3[2] * LANES * 4)))
+            units = n_img * -(-o3[1] // tile_rows)
         elif direct:
             mode = "direct"
             tile_rows = m_blocks = 1
@@ -371,38 +391,45 @@ def build_conv(node):
         return p
 
     def prepare(key, dtype, w, b):
-        """(kernel, its arguments with x, z and the output left as None, where they go, output shape, 5-D output
-        shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B."""
+        """(the kernel's CallSite, its arguments with x, z and the output left as None, where they go, output
+        shape, 5-D output shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B.
+        The argument types are fixed by the key and W and B, as the CallSite needs."""
         shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = plan(*key)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=dtype))
         consts = act.consts(dtype)
         if mode == "empty":
             return None, (), (), shape, shape5, units, work, False
         if mode == "winograd":
-            return (kconv.conv_winograd, (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows, m_blocks,
-                                          act.kind, consts, None), (0, 3, 10), shape, shape, units, work, True)
+            return (CallSite(kconv.conv_winograd), (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows,
+                                                    m_blocks, act.kind, consts, None), (0, 3, 10), shape, shape,
+                    units, work, True)
         w5 = ro(_as5d(np.ascontiguousarray(w), r))
         if mode.startswith("packed"):
             chunk = max(1, PACKED_CHUNK_BYTES // (4 * w5[0].size * LANES)) * LANES
-            return (kconv.conv_packed, (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d, p, taps,
-                                        tile_rows, m_blocks, chunk, mode == "packed-pointwise", act.kind, consts,
-                                        None), (0, 4, 17), shape, shape5, units, work, False)
+            return (CallSite(kconv.conv_packed), (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d,
+                                                  p, taps, tile_rows, m_blocks, chunk, mode == "packed-pointwise",
+                                                  act.kind, consts, None), (0, 4, 17), shape, shape5, units, work,
+                    False)
         if mode == "padded":
-            return (kconv.conv_padded, (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p, tile_rows,
-                                        act.kind, consts, None), (0, 4, 12), shape, shape5, units, work, False)
+            return (CallSite(kconv.conv_padded), (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p,
+                                                  tile_rows, act.kind, consts, None), (0, 4, 12), shape, shape5,
+                    units, work, False)
         if mode == "dot":
-            return (klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols,
+            return (CallSite(klinalg.dot_cols_f32 if dtype == np.float32 else klinalg.dot_cols),
                     (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
                      consts, m_blocks, None), (0, None, 9), shape, shape5, units, work, False)
         if mode == "depthwise":
-            return (kconv.conv_depthwise_blocked, (None, w5, bias, None, k, s, d, p, act.kind, consts, None), (0, 3, 10),
-                    shape, shape5, units, work, False)
+            return (CallSite(kconv.conv_depthwise_blocked), (None, w5, bias, None, k, s, d, p, act.kind, consts,
+                                                              None), (0, 3, 10), shape, shape5, units, work, False)
+        if mode == "broadcast":
+            return (CallSite(kconv.conv_broadcast), (None, w5, bias, None, k, s, d, p, tile_rows, act.kind, consts,
+                                                     None), (0, 3, 11), shape, shape5, units, work, False)
         if mode == "direct":
-            return (kconv.conv_direct, (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None), (0, 3, 11),
-                    shape, shape5, units, work, False)
-        return (kconv.conv_gemm, (None, w5, bias, None, group, k, s, d, p, taps, tile_rows, m_blocks,
-                                  mode == "pointwise", act.kind, consts, None), (0, 3, 15), shape, shape5, units, work,
-                True)
+            return (CallSite(kconv.conv_direct), (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None),
+                    (0, 3, 11), shape, shape5, units, work, False)
+        return (CallSite(kconv.conv_gemm), (None, w5, bias, None, group, k, s, d, p, taps, tile_rows, m_blocks,
+                                            mode == "pointwise", act.kind, consts, None), (0, 3, 15), shape, shape5,
+                units, work, True)
 
     prepared = {}  # (X shape, W shape, itemsize) -> prepare's result for the constant W and B it was made with
 
@@ -410,37 +437,50 @@ def build_conv(node):
         key = (x.shape, w.shape, x.dtype.itemsize)
         entry = prepared.get(key)
         if entry is not None and entry[0] is w and entry[1] is b:
-            kernel, template, slots, shape, shape5, units, work, uses_blas = entry[2]
+            site, template, slots, shape, shape5, units, work, uses_blas = entry[2]
         else:
             made = prepare(key, x.dtype, w, b)
-            kernel, template, slots, shape, shape5, units, work, uses_blas = made
+            site, template, slots, shape, shape5, units, work, uses_blas = made
             if packed_weights.holds(w) and (b is None or b is constant_input(node, 2)):
                 prepared[key] = (w, b, made)  # the per-run work left: the input's view, Z's and the output
         if z is not None and z.shape != shape:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
-        if kernel is None:  # an empty output
+        if site is None:  # an empty output
             return (np.zeros(shape, dtype=x.dtype),)
         y = np.empty(shape5, dtype=x.dtype)
         args = list(template)
         if slots[1] is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
-            args[slots[0]] = ro(x.reshape(x.shape[0], -1))
+            args[slots[0]] = ro_reshaped(x, (x.shape[0], -1))
             args[slots[2]] = y.reshape(shape[0], -1)
-        elif kernel is kconv.conv_winograd:
+        elif site.kernel is kconv.conv_winograd:
             args[slots[0]] = ro(x)
-            args[slots[1]] = ro(z if z is not None else np.empty((0,) * 4, dtype=x.dtype))
+            args[slots[1]] = ro(z) if z is not None else _no_residual(x.dtype, 4)
             args[slots[2]] = y
         else:
-            args[slots[0]] = ro(_as5d(np.ascontiguousarray(x), r))
-            args[slots[1]] = ro(z.reshape(shape5) if z is not None else np.empty((0,) * 5, dtype=x.dtype))
+            args[slots[0]] = ro_reshaped(x, x.shape[:2] + (1,) * (3 - r) + x.shape[2:])
+            args[slots[1]] = ro_reshaped(z, shape5) if z is not None else _no_residual(x.dtype, 5)
             args[slots[2]] = y
         if uses_blas:
             with single_threaded_blas:
-                run_units(kernel, tuple(args), units, work)
+                site.run(tuple(args), units, work)
         else:
-            run_units(kernel, tuple(args), units, work)
+            site.run(tuple(args), units, work)
         return (y.reshape(shape),)
 
     return run
+
+
+_NO_RESIDUALS: dict = {}
+
+
+def _no_residual(dtype, ndim):
+    """An empty read-only array standing for "no Z" in the conv kernels (one per dtype and rank: a new one cost
+    1 us a step)."""
+    key = (dtype, ndim)
+    a = _NO_RESIDUALS.get(key)
+    if a is None:
+        a = _NO_RESIDUALS[key] = ro(np.empty((0,) * ndim, dtype=dtype))
+    return a
 
 
 def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
@@ -613,22 +653,23 @@ def _pool_builder(kind):
                 counts = tw[3] if cip else tw[2] - tw[1]
                 colw = np.where(tw[2] > tw[1], 1.0 / np.maximum(counts, 1), 0.0).astype(dtype)
                 planes = xs[0] * xs[1]
+                site = CallSite(kpool.max_pool if kind == "max" else kpool.avg_pool)  # types fixed by the key
                 p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, d3, s3[2], td, th, tc, colw,
-                                  planes * math.prod(o3) * math.prod(k3))
+                                  planes * math.prod(o3) * math.prod(k3), site)
             return p
 
         if kind == "max":
             def run(x):
-                shape, xs, ys, d, sw, td, th, tc, _, work = plan(x.shape, x.dtype)
+                shape, xs, ys, d, sw, td, th, tc, _, work, site = plan(x.shape, x.dtype)
                 y = np.empty(ys, dtype=x.dtype)
                 init = x.dtype.type(np.finfo(x.dtype).min)
-                run_units(kpool.max_pool, (ro(x.reshape(xs)), d, sw, td, th, tc, init, y), ys[0], work)
+                site.run((ro_reshaped(x, xs), d, sw, td, th, tc, init, y), ys[0], work)
                 return (y.reshape(shape),)
         else:
             def run(x):
-                shape, xs, ys, d, sw, td, th, tc, colw, work = plan(x.shape, x.dtype)
+                shape, xs, ys, d, sw, td, th, tc, colw, work, site = plan(x.shape, x.dtype)
                 y = np.empty(ys, dtype=x.dtype)
-                run_units(kpool.avg_pool, (ro(x.reshape(xs)), d, sw, td, th, tc, colw, cip, y), ys[0], work)
+                site.run((ro_reshaped(x, xs), d, sw, td, th, tc, colw, cip, y), ys[0], work)
                 return (y.reshape(shape),)
         return run
     return build
@@ -649,6 +690,7 @@ def _global_pool_builder(kernel):
         rk = rank_of(node, 0)
         if rk is not None and rk < 2:
             return None
+        sites = {}  # dtype -> the kernel's CallSite (the argument types depend on the dtype alone)
 
         def run(x):
             if x.ndim < 2:
@@ -658,7 +700,10 @@ def _global_pool_builder(kernel):
             if size == 0:
                 raise ValueError(f"global pooling over an empty input of shape {x.shape}")
             y = np.empty(rows, dtype=x.dtype)
-            run_units(kernel, (ro(np.ascontiguousarray(x).reshape(rows, size)), y), rows, x.size)
+            site = sites.get(x.dtype)
+            if site is None:
+                site = sites[x.dtype] = CallSite(kernel)
+            site.run((ro_reshaped(x, (rows, size)), y), rows, x.size)
             return (y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)),)
         return run
     return build

@@ -25,11 +25,11 @@ from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Graph, Node
 from onnxjit.ir.types import TensorType
-from onnxjit.ops.nn import ro
+from onnxjit.ops.nn import ro_reshaped
 from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
-from onnxjit.worker_pool import run_units
+from onnxjit.worker_pool import CallSite
 
 log = logging.getLogger("onnxjit")
 
@@ -72,14 +72,15 @@ def _external_names(graph: Graph) -> set[str]:
 
 def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
     sizes = [int(np.prod(shape, dtype=np.int64)) for shape in spec.out_shapes]
+    site = CallSite(kernel)  # the arguments' types are fixed: the spec's dtypes, flat read-only inputs
 
     def run(*args: Any) -> list[np.ndarray]:
         # read-only, exactly the kernel's signature: worker_pool then hands the arrays to the threads natively
         # (a writable array converts at the dispatcher, and runs on the caller alone)
-        ins = [ro(np.ascontiguousarray(args[i], dtype=dt).reshape(-1)) for i, dt in zip(spec.loaded, spec.in_dtypes)]
+        ins = [ro_reshaped(args[i], -1, dt) for i, dt in zip(spec.loaded, spec.in_dtypes)]
         outs = [np.empty(n, dt) for n, dt in zip(sizes, spec.out_dtypes)]
         # zero-size loops run no iterations; a reduction then gives its start
-        run_units(kernel, (*ins, *outs, *spec.sizes), spec.n_units, spec.work)
+        site.run((*ins, *outs, *spec.sizes), spec.n_units, spec.work)
         return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
                 for o, shape, f in zip(outs, spec.out_shapes, spec.final_dtypes)]
     return run
