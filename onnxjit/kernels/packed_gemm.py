@@ -218,12 +218,17 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, 
     rows = row1 - row0
     panels = -(-rows // MR)
     for p in range(panels):
-        for r in range(MR):  # row by row, the rows past row1 apart: a per-element test became masked loads
-            row = row0 + p * MR + r
-            dst = p * k * MR + r
-            if row < row1:
+        r0 = row0 + p * MR
+        if r0 + MR <= row1:
+            for i in range(k):
+                for r in range(MR):
+                    scratch[_u((p * k + i) * MR + r)] = alpha * a[r0 + r, i]
+            continue
+        for r in range(MR):  # the last panel row by row, its rows past row1 apart: a per-element test there
+            dst = p * k * MR + r  # became masked loads
+            if r0 + r < row1:
                 for i in range(k):
-                    scratch[_u(dst + i * MR)] = alpha * a[row, i]
+                    scratch[_u(dst + i * MR)] = alpha * a[r0 + r, i]
             else:
                 for i in range(k):
                     scratch[_u(dst + i * MR)] = np.float32(0)
