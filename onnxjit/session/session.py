@@ -153,6 +153,7 @@ class InferenceSession:
         self._feedable = {v.name: v for v in g.inputs}
         self._accepted: dict[str, tuple] = {}  # input -> (dtype, shape) of an array _check_feeds took unchanged
         self._outputs = list(g.outputs)
+        self._output_names = [v.name for v in self._outputs]
         self._profile: list | None = [] if so.enable_profiling else None
         self._profile_lock = threading.Lock()
         self._profile_start = time.perf_counter()
@@ -198,9 +199,9 @@ class InferenceSession:
             run_options: RunOptions | None = None) -> list[Any]:
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed must be a dict of input name -> value, got {type(input_feed).__name__}")
-        known = [v.name for v in self._outputs]
+        known = self._output_names
         if output_names is None or len(output_names) == 0:
-            wanted = known
+            wanted = None  # all, in the model's order
         else:
             missing = [n for n in output_names if n not in known]
             if missing:
@@ -215,6 +216,8 @@ class InferenceSession:
         if profile:
             with self._profile_lock:
                 self._profile.extend(profile)
+        if wanted is None:
+            return [_to_output(v) for v in values]
         by_name = dict(zip(known, values))
         return [_to_output(by_name[n]) for n in wanted]
 
