@@ -136,75 +136,52 @@ def test_conv_f32(xs, ws, attrs, bias, opset):
     _check_conv(xs, ws, attrs, bias, opset)
 
 
-@pytest.mark.parametrize("xs,ws,attrs,bias", PACKED_CASES)
-def test_conv_packed_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
+# which kernel each family of float32 convs runs on (cases over its edges), and that it matches onnxruntime
+KERNEL_CASES = {
+    "conv_packed": PACKED_CASES,  # GEMM-like convs on packed_gemm
+    # grouped convs: a padded, phase-split copy per group, no im2col
+    "conv_padded": [
+        ((1, 16, 7, 7), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),
+        ((2, 24, 9, 6), (12, 8, 3, 3), dict(group=3, pads=[0, 2, 1, 0]), False),  # uneven pads, a smaller output
+        ((1, 12, 5, 11), (24, 4, 5, 3), dict(group=3, auto_pad="SAME_UPPER"), True),
+        ((1, 10, 6, 6), (10, 5, 2, 2), dict(group=2), True),  # no pads, an even kernel
+        ((1, 16, 14, 14), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[2, 2]), True),
+        ((2, 12, 9, 10), (24, 4, 3, 3), dict(group=3, pads=[1, 0, 0, 1], strides=[2, 3]), False),  # odd sizes
+        ((1, 8, 11, 9), (16, 4, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 2]), True),
+    ],
+    # more taps than output channels (stems): vectors over the output channels, no im2col
+    "conv_broadcast": [
+        ((1, 3, 32, 32), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem
+        ((2, 3, 30, 27), (20, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), False),  # a partial block, images
+        ((1, 4, 9, 11), (7, 4, 3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 2]), True),  # uneven pads
+        ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
+        ((1, 3, 6, 5), (8, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), False),  # rows of 3 pixels
+        ((1, 32, 40, 40), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # enough for the threads
+    ],
+    # depthwise over small planes: channels-last in registers
+    "conv_depthwise_blocked": [
+        ((1, 16, 7, 7), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
+        ((2, 20, 7, 9), (20, 1, 5, 5), dict(group=20, pads=[2, 2, 2, 2]), False),  # a partial block, images
+        ((1, 40, 14, 14), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2]), True),
+        ((1, 24, 11, 10), (24, 1, 5, 5), dict(group=24, pads=[2, 1, 0, 2], strides=[2, 3]), True),  # uneven pads
+        ((1, 8, 9, 9), (8, 1, 3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2]), False),
+        ((1, 12, 6, 3), (12, 1, 3, 3), dict(group=12, auto_pad="SAME_UPPER"), True),  # rows narrower than 4 pixels
+        ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
+        ((1, 96, 14, 14), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
+    ],
+    # depthwise past DEPTHWISE_BLOCKED_MAX_PIXELS: per-plane loops
+    "conv_direct": [
+        ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
+        ((2, 3, 33, 29), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
+        ((1, 2, 40, 31), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
+    ],
+}
+
+
+@pytest.mark.parametrize("kernel,xs,ws,attrs,bias", [(k, *c) for k, cases in KERNEL_CASES.items() for c in cases])
+def test_conv_runs_on_its_kernel_and_matches(kernel, xs, ws, attrs, bias, monkeypatch):
     from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_packed")
-    _check_conv(xs, ws, attrs, bias)
-    assert calls
-
-
-@pytest.mark.parametrize("xs,ws,attrs,bias", [
-    ((1, 16, 7, 7), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),
-    ((2, 24, 9, 6), (12, 8, 3, 3), dict(group=3, pads=[0, 2, 1, 0]), False),  # uneven pads, a smaller output
-    ((1, 12, 5, 11), (24, 4, 5, 3), dict(group=3, auto_pad="SAME_UPPER"), True),
-    ((1, 10, 6, 6), (10, 5, 2, 2), dict(group=2), True),  # no pads, an even kernel
-    ((1, 16, 14, 14), (16, 8, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[2, 2]), True),
-    ((2, 12, 9, 10), (24, 4, 3, 3), dict(group=3, pads=[1, 0, 0, 1], strides=[2, 3]), False),  # odd sizes
-    ((1, 8, 11, 9), (16, 4, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 2]), True),
-])
-def test_conv_grouped_padded_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
-    """Grouped convs on kernels.conv.conv_padded (a padded, phase-split copy per group, no im2col)."""
-    from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_padded")
-    _check_conv(xs, ws, attrs, bias)
-    assert calls
-
-
-@pytest.mark.parametrize("xs,ws,attrs,bias", [
-    ((1, 3, 32, 32), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem
-    ((2, 3, 30, 27), (20, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), False),  # a partial block, images
-    ((1, 4, 9, 11), (7, 4, 3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 2]), True),  # uneven pads
-    ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
-    ((1, 3, 6, 5), (8, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), False),  # rows of 3 pixels
-    ((1, 32, 40, 40), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # enough for the threads
-])
-def test_conv_broadcast_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
-    """float32 convs with more taps than output channels (stems): kernels.conv.conv_broadcast (vectors over the
-    output channels, no im2col)."""
-    from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_broadcast")
-    _check_conv(xs, ws, attrs, bias)
-    assert calls
-
-
-@pytest.mark.parametrize("xs,ws,attrs,bias", [
-    ((1, 16, 7, 7), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
-    ((2, 20, 7, 9), (20, 1, 5, 5), dict(group=20, pads=[2, 2, 2, 2]), False),  # a partial block, images
-    ((1, 40, 14, 14), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2]), True),
-    ((1, 24, 11, 10), (24, 1, 5, 5), dict(group=24, pads=[2, 1, 0, 2], strides=[2, 3]), True),  # uneven pads
-    ((1, 8, 9, 9), (8, 1, 3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2]), False),
-    ((1, 12, 6, 3), (12, 1, 3, 3), dict(group=12, auto_pad="SAME_UPPER"), True),  # rows narrower than 4 pixels
-    ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
-    ((1, 96, 14, 14), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
-])
-def test_conv_depthwise_blocked_runs_and_matches(xs, ws, attrs, bias, monkeypatch):
-    """float32 depthwise convs over small planes: kernels.conv.conv_depthwise_blocked (channels-last in registers)."""
-    from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_depthwise_blocked")
-    _check_conv(xs, ws, attrs, bias)
-    assert calls
-
-
-@pytest.mark.parametrize("xs,ws,attrs,bias", [
-    ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
-    ((2, 3, 33, 29), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
-    ((1, 2, 40, 31), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
-])
-def test_conv_depthwise_large_plane_runs_direct(xs, ws, attrs, bias, monkeypatch):
-    """Past DEPTHWISE_BLOCKED_MAX_PIXELS a float32 depthwise conv keeps conv_direct's per-plane loops."""
-    from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_direct")
+    calls = _counted(monkeypatch, kconv, kernel)
     _check_conv(xs, ws, attrs, bias)
     assert calls
 

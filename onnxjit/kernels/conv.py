@@ -402,11 +402,11 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
     (the phase width) columns wide and the extra columns are dropped. That is a loop of about oh*wq elements
     per tap instead of oh loops of ow (7 to 56 for depthwise convs), and it vectorizes; its length is rounded up
     to a whole number of vector iterations (the buffers have room), since the scalar remainder of short loops
-    cost as much as the vector part. A 3x3 kernel adds its 9 taps in one pass (`_taps9`), and stride 2 fills
-    both column phases of a row in one de-interleaving pass (`_split_pairs`). AMD Zen 3 VM, one thread, 3x3
-    depthwise with Relu, with the activation's masked store gone too (linalg.activate): 32 channels at 112x112
-    620 -> 270 us, 96 at 112x112 stride 2 930 -> 440 us, 144 at 56x56 600 -> 320 us, 576 at 14x14 245 ->
-    180-195 us."""
+    cost as much as the vector part. `add_taps` adds a plane's taps (in vector registers for float32), and
+    stride 2 fills both column phases of a row in one de-interleaving pass (`_split_pairs`). AMD Zen 3 VM, one
+    thread, 3x3 depthwise with Relu, with the activation's masked store gone too (linalg.activate): 32 channels
+    at 112x112 620 -> 270 us, 96 at 112x112 stride 2 930 -> 440 us, 144 at 56x56 600 -> 320 us, 576 at 14x14
+    245 -> 180-195 us."""
     n_img, n_ch, in_d, in_h, in_w = x.shape
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
@@ -558,8 +558,9 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 @njit(cache=True, nogil=True)
 def conv_broadcast(x, w, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
-    """A 2-D float32 conv of few taps (input channels x kernel: a network's stem, 3 channels 3x3), units
-    [u0, u1) of (image, band of `tile_rows` output rows), x, w, z and out 5-D as conv_direct's. Vectors run over
+    """A 2-D float32 conv with more taps (input channels x kernel) than output channels, as a network's stem (3
+    channels 3x3 to 16, 3 channels 7x7 to 64), units [u0, u1) of (image, band of `tile_rows` output rows), x, w,
+    z and out 5-D as conv_direct's. Vectors run over
     the output channels: each unit copies its band's input rows into a zero-padded buffer, then for 4 output
     pixels at a time, per block of LANES output channels, adds each tap as one weight vector times the input
     value broadcast, in 4 vector registers; the block goes back to NCHW as the unit stores it.
