@@ -55,8 +55,8 @@ DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 # float32 2-D convs with more taps (input channels x kernel) than output channels, up to this many, run with
 # vectors over the output channels and no im2col (kernels.conv.conv_broadcast): the im2col matrix they avoid is
 # then larger than the output they write back to NCHW. One AMD Zen 3 thread, session time, broadcast / packed
-# im2col: 3->16 3x3 stride 2 over 224x224 0.79, 3->64 7x7 stride 2 0.79, 32->64 3x3 stride 2 over 56x56 0.68,
-# 8->24 3x3 over 112x112 0.97; but 3->32 3x3 stride 2 (27 taps, 32 channels) 1.12
+# im2col: 3->16 3x3 stride 2 over 224x224 0.71, 3->64 7x7 stride 2 0.77, 32->64 3x3 stride 2 over 56x56 0.78,
+# 8->24 3x3 over 112x112 0.99; 3->32 3x3 stride 2 (27 taps, 32 channels) 0.99-1.12, no gain
 BROADCAST_CONV_MAX_TAPS = 320
 CONV_BROADCAST_BYTES = 64 << 10  # most bytes of a conv_broadcast unit's output rows (LANES channels)
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
