@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
-from tqdm import tqdm
 
 from onnxjit import config
 from onnxjit import ops as _ops  # noqa: F401  (registers the op builders)
@@ -153,8 +152,13 @@ class CPUExecutionProvider(ExecutionProvider):
         """Compile (or load from the artifact cache) the kernels whose shapes are known now, with a progress bar
         on a terminal when it takes a while; the rest compile when a run first meets their shapes."""
         show = self.session_config.get(SHOW_PROGRESS_KEY, "1") != "0" and sys.stderr.isatty()
-        with tqdm(total=len(static), desc="onnxjit: compiling kernels", unit="kernel", delay=1.0, leave=False,
-                  disable=not show or not static) as bar:
+        if not show or not static:  # no bar: tqdm's import (35 ms) is paid only where one shows
+            for step, sig in static:
+                step.bind(sig)
+            return
+        from tqdm import tqdm
+        with tqdm(total=len(static), desc="onnxjit: compiling kernels", unit="kernel", delay=1.0,
+                  leave=False) as bar:
             for step, sig in static:
                 step.bind(sig)
                 bar.update(1)
