@@ -307,19 +307,24 @@ def _launcher(kernel, args, state):
         key = (kernel, tuple(map(compute_fingerprint, args)))
     except (TypeError, ValueError, NotImplementedError):
         return None
-    found = _launchers.get(key, False)
-    if found is False:
-        argtys = tuple(kernel.typeof_pyval(a) for a in args)
-        cres = kernel.overloads.get(argtys + (types.int64, types.int64))
-        if cres is None:
-            if kernel.overloads:  # compiled, but not for exactly these types (it converts them): caller only
-                _launchers[key] = None
-            return None
-        launch_sig = (typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64)
-        if launch_sig not in _launch.overloads:
-            _launch.compile(launch_sig)
-        found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
-                                   _launch.overloads[launch_sig].entry_point)
+    found = _launchers.get(key)
+    if isinstance(found, tuple):
+        return found
+    if found == len(kernel.overloads):  # not compiled for these types when last looked, nor anything since
+        return None
+    argtys = tuple(kernel.typeof_pyval(a) for a in args)
+    cres = kernel.overloads.get(argtys + (types.int64, types.int64))
+    if cres is None:
+        # not compiled for these types yet, or only for types they convert to: looked up again once the kernel
+        # has more overloads (remembering None for good kept a kernel compiled for other types first, say
+        # another model's, from ever handing these off)
+        _launchers[key] = len(kernel.overloads)
+        return None
+    launch_sig = (typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64)
+    if launch_sig not in _launch.overloads:
+        _launch.compile(launch_sig)
+    found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
+                               _launch.overloads[launch_sig].entry_point)
     return found
 
 
@@ -425,10 +430,7 @@ class CallSite:
         self._found = None  # _launcher's (native entry, launch wrapper)
 
     def run(self, args, n_units, work) -> None:
-        if n_units <= 1 or work < PARALLEL_GRAIN:
-            self._run_serial(args, n_units)
-            return
-        threads = thread_count()
+        threads = _threads_for(n_units, work)
         if threads <= 1:
             self._run_serial(args, n_units)
             return
@@ -451,15 +453,19 @@ class CallSite:
                 self._serial = cres.entry_point
 
 
-def run_units(kernel, args, n_units, work):
-    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `work` (element
-    operations) is small or one thread is allowed (numba's thread count, which intra_op_num_threads sets), else
-    split over the calling thread and the pool's workers. The size test comes first: reading the thread count
-    costs a microsecond, much of a batch-1 run's small kernels."""
+def _threads_for(n_units, work):
+    """The threads a kernel call of `n_units` units and `work` element operations runs on: 1 where the work is
+    small, else numba's thread count (which intra_op_num_threads sets). The size test comes first: reading the
+    thread count costs a microsecond, much of a batch-1 run's small kernels."""
     if n_units <= 1 or work < PARALLEL_GRAIN:
-        kernel(*args, 0, n_units)
-        return
-    threads = thread_count()
+        return 1
+    return thread_count()
+
+
+def run_units(kernel, args, n_units, work):
+    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `_threads_for`
+    gives one thread, else split over the calling thread and the pool's workers."""
+    threads = _threads_for(n_units, work)
     if threads <= 1:
         kernel(*args, 0, n_units)
         return

@@ -77,6 +77,23 @@ def test_call_site_runs_every_unit_once_and_keeps_the_compiled_entry(two_threads
         assert launched.count(True) >= 19
 
 
+@njit(cache=True, nogil=True)
+def _scale_units(x, u0, u1):
+    for u in range(u0, u1):
+        x[u] *= 2
+
+
+def test_types_met_after_others_get_the_hand_off_once_compiled(two_threads, launched):
+    """A kernel compiled for other argument types first (another model's, another dtype) still hands off new
+    types once they are compiled: not finding them before the first call must not stick."""
+    worker_pool.run_units(_scale_units, (np.ones(64, np.float64),), 64, 1)  # another signature, on the caller
+    for _ in range(4):
+        x = np.ones(64, np.int64)
+        worker_pool.run_units(_scale_units, (x,), 64, worker_pool.PARALLEL_GRAIN)
+        assert (x == 2).all()
+    assert any(launched)
+
+
 def test_call_site_of_a_python_callable_runs_on_the_caller(two_threads):
     seen = []
     site = worker_pool.CallSite(lambda hits, u0, u1: seen.append((u0, u1)))
