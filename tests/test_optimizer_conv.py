@@ -139,36 +139,20 @@ def test_conv_winograd_residual_activation(act):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * float(np.abs(want).max()))
 
 
-@pytest.mark.parametrize("act", ["Relu", "Sigmoid"])
-def test_grouped_conv_residual_activation(act):
-    """A grouped FusedConv (kernels.conv.conv_padded) adds Z and activates in its epilogue (Relu in registers
-    only without Z)."""
+# FusedConvs on each kernel whose epilogue adds Z and activates (Relu in registers only without Z), as
+# _conv_model's arguments: grouped (kernels.conv.conv_padded), more taps than output channels (conv_broadcast),
+# depthwise over a small plane (conv_depthwise_blocked)
+EPILOGUE_CASES = [(dict(cin=16, cout=24, group=4), act) for act in ("Relu", "Sigmoid")] + \
+    [(dict(cin=3, cout=20), act) for act in ("Relu", "HardSwish")] + \
+    [(dict(cin=20, cout=20, group=20), act) for act in ("Relu", "HardSwish")]
+
+
+@pytest.mark.parametrize("conv,act", EPILOGUE_CASES)
+def test_conv_kernel_residual_activation(conv, act):
     model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
-                               cin=16, cout=24, group=4, extra_inputs=(tensor("z", F32, [2, 24, 6, 5]),))
+                               extra_inputs=(tensor("z", F32, [2, conv["cout"], 6, 5]),), **conv)
     _check(model, feeds, "FusedConv")
-    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], cin=16, cout=24, group=4)
-    _check(model, feeds, "FusedConv")
-
-
-@pytest.mark.parametrize("act", ["Relu", "HardSwish"])
-def test_broadcast_conv_residual_activation(act):
-    """A FusedConv with more taps than output channels (kernels.conv.conv_broadcast) adds Z and activates in its
-    epilogue (Relu in registers only without Z)."""
-    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
-                               cin=3, cout=20, extra_inputs=(tensor("z", F32, [2, 20, 6, 5]),))
-    _check(model, feeds, "FusedConv")
-    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], cin=3, cout=20)
-    _check(model, feeds, "FusedConv")
-
-
-@pytest.mark.parametrize("act", ["Relu", "HardSwish"])
-def test_depthwise_conv_residual_activation(act):
-    """A depthwise FusedConv over a small plane (kernels.conv.conv_depthwise_blocked) adds Z and activates in its
-    epilogue (Relu in registers only without Z)."""
-    model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
-                               cin=20, cout=20, group=20, extra_inputs=(tensor("z", F32, [2, 20, 6, 5]),))
-    _check(model, feeds, "FusedConv")
-    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], cin=20, cout=20, group=20)
+    model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], **conv)
     _check(model, feeds, "FusedConv")
 
 

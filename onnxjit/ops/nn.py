@@ -157,9 +157,9 @@ def _pad3(vals, fill):
     return tuple([fill] * (3 - len(vals)) + list(vals))
 
 
-def _as5d(x, r):
-    """(N, C, *spatial[r]) -> (N, C, D, H, W) view."""
-    return x.reshape(x.shape[:2] + (1,) * (3 - r) + x.shape[2:])
+def _shape5(shape, r):
+    """(N, C, *spatial[r]) -> (N, C, D, H, W), leading unit spatial dims."""
+    return shape[:2] + (1,) * (3 - r) + shape[2:]
 
 
 def conv_geometry(in_sizes, kernel, strides, dilations, pads, auto_pad):
@@ -403,7 +403,7 @@ def build_conv(node):
             return (CallSite(kconv.conv_winograd), (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows,
                                                     m_blocks, act.kind, consts, None), (0, 3, 10), shape, shape,
                     units, work, True)
-        w5 = ro(_as5d(np.ascontiguousarray(w), r))
+        w5 = ro_reshaped(w, _shape5(w.shape, r))
         if mode.startswith("packed"):
             chunk = max(1, PACKED_CHUNK_BYTES // (4 * w5[0].size * LANES)) * LANES
             return (CallSite(kconv.conv_packed), (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d,
@@ -457,7 +457,7 @@ def build_conv(node):
             args[slots[1]] = ro(z) if z is not None else _no_residual(x.dtype, 4)
             args[slots[2]] = y
         else:
-            args[slots[0]] = ro_reshaped(x, x.shape[:2] + (1,) * (3 - r) + x.shape[2:])
+            args[slots[0]] = ro_reshaped(x, _shape5(x.shape, r))
             args[slots[1]] = ro_reshaped(z, shape5) if z is not None else _no_residual(x.dtype, 5)
             args[slots[2]] = y
         if uses_blas:
