@@ -124,5 +124,5 @@ def test_network_kernels_have_no_masked_stores():
             for sig, asm in fresh.inspect_asm().items():
                 checked.append(name)
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
-    assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked", "max_pool", "minmax",
+    assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked", "pool", "minmax",
             "activate"} <= set(checked), checked

@@ -274,6 +274,8 @@ POOL_CASES = [
     ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 3, 2], strides=[1, 2, 2], pads=[1, 1, 0, 0, 1, 1]), 1),  # 3-D
     ((1, 2, 5, 6, 7), dict(kernel_shape=[2, 2, 2], strides=[2, 2, 2], ceil_mode=1), 10),
     ((1, 16, 24, 24), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), 1),  # thread pool
+    ((2, 3, 6, 6), dict(kernel_shape=[7, 7], pads=[0, 0, 1, 1]), 1),  # one window over the whole input
+    ((1, 4, 6, 6), dict(kernel_shape=[5, 5], pads=[2, 2, 2, 2]), 1),  # more taps than 3
 ]
 
 

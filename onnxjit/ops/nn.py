@@ -637,6 +637,7 @@ def _pool_builder(kind):
         if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
             return None
         cache = {}
+        is_max = kind == "max"
 
         def plan(xs, dtype):
             key = (xs, dtype)
@@ -647,30 +648,36 @@ def _pool_builder(kind):
                 out, head, tail = pool_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
                 i3, k3, s3, d3, p3, q3, o3 = (_pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
                                                                       (dilations, 1), (head, 0), (tail, 0), (out, 1)))
-                td, th = (kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i], q3[i]) for i in (0, 1))
-                tc = kpool.col_table(o3[2], s3[2], p3[2], d3[2], k3[2], i3[2])
-                tw = kpool.dim_table(o3[2], s3[2], p3[2], d3[2], k3[2], i3[2], q3[2])
-                counts = tw[3] if cip else tw[2] - tw[1]
-                colw = np.where(tw[2] > tw[1], 1.0 / np.maximum(counts, 1), 0.0).astype(dtype)
+                padded = kpool.padded_plane(i3, o3, k3, s3, d3, p3)
+                if is_max:  # no divisor: the kernel scales by ones
+                    divisors = (np.ones(max(o3), dtype=dtype),) * 3
+                else:
+                    divisors = tuple(kpool.pool_divisors(kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i],
+                                                                         q3[i]), cip, dtype) for i in range(3))
                 planes = xs[0] * xs[1]
-                site = CallSite(kpool.max_pool if kind == "max" else kpool.avg_pool)  # types fixed by the key
-                p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, d3, s3[2], td, th, tc, colw,
-                                  planes * math.prod(o3) * math.prod(k3), site)
+                # one window over the whole input (inception's last 7x7 average over 6x6 pixels and its padding):
+                # a global pool, one loop per plane
+                whole = (planes > 0 and all(o == 1 for o in o3) and all(v == 1 for v in d3)
+                         and all(0 <= p3[i] and i3[i] <= k3[i] - p3[i] for i in range(3))
+                         and (is_max or not cip or (not any(p3) and k3 == i3)))
+                if whole:
+                    site = CallSite(kpool.global_max if is_max else kpool.global_avg)
+                else:
+                    site = CallSite(kpool.pool)  # types fixed by the key
+                p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, k3, s3, d3, p3, padded,
+                                  divisors, planes * math.prod(o3) * math.prod(k3), site, whole)
             return p
 
-        if kind == "max":
-            def run(x):
-                shape, xs, ys, d, sw, td, th, tc, _, work, site = plan(x.shape, x.dtype)
-                y = np.empty(ys, dtype=x.dtype)
-                init = x.dtype.type(np.finfo(x.dtype).min)
-                site.run((ro_reshaped(x, xs), d, sw, td, th, tc, init, y), ys[0], work)
+        def run(x):
+            shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole = plan(x.shape, x.dtype)
+            if whole:
+                y = np.empty(ys[0], dtype=x.dtype)
+                site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
                 return (y.reshape(shape),)
-        else:
-            def run(x):
-                shape, xs, ys, d, sw, td, th, tc, colw, work, site = plan(x.shape, x.dtype)
-                y = np.empty(ys, dtype=x.dtype)
-                site.run((ro_reshaped(x, xs), d, sw, td, th, tc, colw, cip, y), ys[0], work)
-                return (y.reshape(shape),)
+            y = np.empty(ys, dtype=x.dtype)
+            pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
+            site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), ys[0], work)
+            return (y.reshape(shape),)
         return run
     return build
 
