@@ -112,8 +112,8 @@ CONV_CASES = [
     ((1, 4, 7, 7), (8, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2]), True),  # x2 depthwise
     ((1, 3, 8, 9), (3, 1, 3, 2), dict(group=3, pads=[0, 1, 2, 0], strides=[3, 2]), False),  # rows unread
     ((1, 2, 1, 9), (2, 1, 1, 4), dict(group=2, pads=[0, 3, 0, 0]), True),  # taps past the input's end
-    ((1, 16, 16, 16), (16, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # Winograd, 4x4 tiles
-    ((2, 16, 17, 19), (24, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # Winograd, partial tiles, uneven pads
+    ((1, 16, 16, 16), (48, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # Winograd, 4x4 tiles
+    ((2, 16, 17, 19), (40, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # Winograd, partial tiles, uneven pads
     ((1, 32, 30, 14), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # Winograd, several tile-row blocks
 ]
 WINOGRAD_CASES = CONV_CASES[-3:]
@@ -157,6 +157,9 @@ KERNEL_CASES = {
         ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
         ((1, 3, 6, 5), (8, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), False),  # rows of 3 pixels
         ((1, 32, 40, 40), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # enough for the threads
+        # past BROADCAST_CONV_MAX_TAPS, few output channels (densenet's 128->32 over 7x7); bands for the threads
+        ((1, 48, 7, 7), (32, 48, 3, 3), dict(pads=[1, 1, 1, 1]), True),
+        ((2, 64, 9, 9), (24, 64, 3, 3), dict(pads=[1, 1, 1, 1]), False),
     ],
     # depthwise over small planes: channels-last in registers
     "conv_depthwise_blocked": [

@@ -556,19 +556,33 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
             _finish_rows(out3, z3, no_bias, n, cb, cb + nc, 0, oplane, kind, act)
 
 
+def broadcast_weight_vectors(w):
+    """conv_broadcast's weights: (M, C, KH, KW) as (blocks of LANES output channels, taps, LANES) float32, a
+    vector per block and tap, zeros past M; read-only. Made once per weight: packed inside each call, it took
+    a third of a 128->32-channel 3x3 conv over 7x7 pixels."""
+    m_out = w.shape[0]
+    n_mb = -(-m_out // LANES)
+    wt = np.zeros((n_mb * LANES, w[0].size), dtype=np.float32)
+    wt[:m_out] = w.reshape(m_out, -1)
+    wt = np.ascontiguousarray(wt.reshape(n_mb, LANES, -1).transpose(0, 2, 1))
+    wt.flags.writeable = False
+    return wt
+
+
 @njit(cache=True, nogil=True)
-def conv_broadcast(x, w, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
+def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
     """A 2-D float32 conv with more taps (input channels x kernel) than output channels, as a network's stem (3
     channels 3x3 to 16, 3 channels 7x7 to 64), units [u0, u1) of (image, band of `tile_rows` output rows), x, w,
     z and out 5-D as conv_direct's. Vectors run over
     the output channels: each unit copies its band's input rows into a zero-padded buffer, then for 4 output
     pixels at a time, per block of LANES output channels, adds each tap as one weight vector times the input
-    value broadcast, in 4 vector registers; the block goes back to NCHW as the unit stores it.
+    value broadcast, in 4 vector registers; the block goes back to NCHW as the unit stores it. wt: the weights as
+    those vectors (`broadcast_weight_vectors`).
 
     Why: as a GEMM such a conv is mostly its im2col (27 rows copied out of 3 strided planes for 16 or 32
     output rows), and its output rows too few for packed_gemm's tiles."""
     n_img, n_ch, in_h, in_w = x.shape[0], x.shape[1], x.shape[3], x.shape[4]
-    m_out = w.shape[0]
+    m_out = out.shape[1]
     oh, ow = out.shape[3], out.shape[4]
     kh, kw = k[1], k[2]
     sh, sw = s[1], s[2]
@@ -578,14 +592,10 @@ def conv_broadcast(x, w, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1)
     wp = (ow - 1) * sw + (kw - 1) * dw + 1  # the padded row width the taps read
     band_h = (tile_rows - 1) * sh + (kh - 1) * dh + 1
     buf = np.zeros(n_ch * band_h * wp, dtype=np.float32)
-    n_mb = -(-m_out // LANES)
-    wf = w.reshape(-1)
-    wt = np.zeros(n_mb * taps * LANES, dtype=np.float32)  # per block of output channels and tap, a vector
+    n_mb = wt.shape[0]
+    wt = wt.reshape(-1)
     bv = np.zeros(n_mb * LANES, dtype=np.float32)
     for m in range(m_out):
-        mb, lane = m // LANES, m % LANES
-        for t in range(taps):
-            wt[(mb * taps + t) * LANES + lane] = wf[m * taps + t]
         bv[m] = bias[m] if bias.size > 0 else np.float32(0)
     offs = np.empty(taps, dtype=np.int64)  # each tap's place in buf, from the pixel's first
     for c in range(n_ch):

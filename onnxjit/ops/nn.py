@@ -58,6 +58,10 @@ DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 # im2col: 3->16 3x3 stride 2 over 224x224 0.71, 3->64 7x7 stride 2 0.77, 32->64 3x3 stride 2 over 56x56 0.78,
 # 8->24 3x3 over 112x112 0.99; 3->32 3x3 stride 2 (27 taps, 32 channels) 0.99-1.12, no gain
 BROADCAST_CONV_MAX_TAPS = 320
+# and at any tap count for this few output channels, where Winograd does not apply: as a GEMM the im2col dwarfs
+# the products (densenet's 128->32-channel 3x3 convs over 7x7 pixels: broadcast / packed im2col 0.62 on two Zen 3
+# threads; 224->224 and 192->320 ones 1.14 and 1.98, so not above this)
+BROADCAST_CONV_MAX_OUT = 32
 CONV_BROADCAST_BYTES = 64 << 10  # most bytes of a conv_broadcast unit's output rows (LANES channels)
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
@@ -316,6 +320,7 @@ def build_conv(node):
     winograd_weights = ConstantDerived(constant_input(node, 1), _winograd_weights)
     packed_weights = ConstantDerived(constant_input(node, 1),
                                      lambda w: _packed_weights(w.reshape(group, w.shape[0] // group, -1)))
+    broadcast_weights = ConstantDerived(constant_input(node, 1), kconv.broadcast_weight_vectors)
 
     def plan(xs, ws, itemsize):
         key = (xs, ws, itemsize)
@@ -344,7 +349,7 @@ def build_conv(node):
         if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
             mode = "empty"
             tile_rows = m_blocks = units = 0
-        elif _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+        elif _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
             mode = "winograd"
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
@@ -355,10 +360,14 @@ def build_conv(node):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
-        elif itemsize == 4 and r == 2 and group == 1 and m_out < kk <= BROADCAST_CONV_MAX_TAPS and not pointwise:
+        elif (itemsize == 4 and r == 2 and group == 1 and m_out < kk and not pointwise
+              and (kk <= BROADCAST_CONV_MAX_TAPS or m_out <= BROADCAST_CONV_MAX_OUT)):
             mode = "broadcast"
             m_blocks = 0
-            tile_rows = max(1, min(o3[1], CONV_BROADCAST_BYTES // (o3[2] * LANES * 4)))
+            # bands of output rows within the byte budget, at least CONV_UNITS_PER_THREAD per thread where the
+            # work is worth threads (a 7x7 output was one unit)
+            wanted = CONV_UNITS_PER_THREAD * nth if nth > 1 and work >= PARALLEL_GRAIN else 1
+            tile_rows = max(1, min(o3[1], CONV_BROADCAST_BYTES // (o3[2] * LANES * 4), -(-o3[1] // wanted)))
             units = n_img * -(-o3[1] // tile_rows)
         elif direct:
             mode = "direct"
@@ -422,8 +431,9 @@ def build_conv(node):
             return (CallSite(kconv.conv_depthwise_blocked), (None, w5, bias, None, k, s, d, p, act.kind, consts,
                                                               None), (0, 3, 10), shape, shape5, units, work, False)
         if mode == "broadcast":
-            return (CallSite(kconv.conv_broadcast), (None, w5, bias, None, k, s, d, p, tile_rows, act.kind, consts,
-                                                     None), (0, 3, 11), shape, shape5, units, work, False)
+            return (CallSite(kconv.conv_broadcast), (None, broadcast_weights.of(w), bias, None, k, s, d, p, tile_rows,
+                                                     act.kind, consts, None), (0, 3, 11), shape, shape5, units, work,
+                    False)
         if mode == "direct":
             return (CallSite(kconv.conv_direct), (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None),
                     (0, 3, 11), shape, shape5, units, work, False)
@@ -542,14 +552,19 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
 # 36 GEMMs over channels. It pays where those GEMMs are wide enough: enough channels, and at least 4x4 tiles.
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_TILES = 16
+# with at most BROADCAST_CONV_MAX_OUT output channels conv_broadcast runs the smaller planes faster: 2 Zen 3
+# threads, 3x3 convs over 14x14 pixels (16 tiles), broadcast / Winograd: 128->32 0.64-0.79, 64->32 0.55; over
+# 28x28 (49 tiles) 128->32 1.09, over 56x56 1.21
+WINOGRAD_MIN_TILES_FEW_OUT = 32
 WINOGRAD_BLOCK_BYTES = 1 << 20  # most bytes of a unit's transformed input (36 x channels x tiles): about an L2
 WINOGRAD_MIN_GEMM_TILES = 32  # a unit's tiles, where the budget allows: the width of its GEMMs
 
 
-def _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out):
+def _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
+    few_out = itemsize == 4 and m_out <= BROADCAST_CONV_MAX_OUT  # conv_broadcast's, below its tile count
     return (r == 2 and group == 1 and list(kernel) == [3, 3] and all(v == 1 for v in strides)
             and all(v == 1 for v in dilations) and min(cg, m_out) >= WINOGRAD_MIN_CHANNELS
-            and -(-out[0] // 4) * -(-out[1] // 4) >= WINOGRAD_MIN_TILES)
+            and -(-out[0] // 4) * -(-out[1] // 4) >= (WINOGRAD_MIN_TILES_FEW_OUT if few_out else WINOGRAD_MIN_TILES))
 
 
 def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
