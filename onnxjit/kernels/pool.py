@@ -15,29 +15,14 @@ resnet's and densenet's pools.
 from __future__ import annotations
 
 import numpy as np
-from numba import types
-from numba.core.extending import intrinsic
-from numba.core.imputils import impl_ret_borrowed
 
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.views import read_only
 
 
 @njit(cache=True, inline="always")
 def _u(i):
     return np.uint64(i)
-
-
-@intrinsic
-def _read_only(typingctx, arr):
-    """arr typed as a read-only array (the same data): the passes then compile once for every source they read,
-    the input (read-only) and the kernel's own buffers, not once per source type (2-3 s each)."""
-    if not isinstance(arr, types.Array):
-        return None
-
-    def codegen(context, builder, signature, args):
-        return impl_ret_borrowed(context, builder, signature.return_type, args[0])  # a new reference
-
-    return arr.copy(readonly=True)(arr), codegen
 
 
 def dim_table(n_out, stride, pad, dil, k, size, tail):
@@ -138,12 +123,12 @@ def pool(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, c0, c1):
     a = np.empty(dp * hw, dtype=x.dtype)
     b = np.empty(dp * hw, dtype=x.dtype)
     n1 = ((od - 1) * s[0] + 1) * hw  # the D pass: every padded plane up to the last window's first
-    xf = _read_only(x.reshape(-1))
-    bf = _read_only(b)
+    xf = read_only(x.reshape(-1))
+    bf = read_only(b)
     of = out.reshape(-1)
     q0, q1 = max(0, p[2]), min(wp, p[2] + in_w)
     for c in range(c0, c1):
-        src = _read_only(fill)  # the passes' source: the padded plane, or the input's plane where none is needed
+        src = read_only(fill)  # the passes' source: the padded plane, or the input's plane where none is needed
         s0 = 0
         if no_pad:
             src = xf
@@ -157,7 +142,7 @@ def pool(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, c0, c1):
                         fill[_u(i1 + q)] = xf[_u(i0 + q)]
         if kd > 1:
             _taps(is_max, src, _u(s0), a, _u(0), n1, kd, d[0] * hw)
-            src = _read_only(a)
+            src = read_only(a)
             s0 = 0
         _rows(is_max, src, s0, b, od, oh, s[0], s[1], kh, d[1], hp, wp)
         if sw != 2:  # the W pass over b's rows as one loop, up to the last window's first position
