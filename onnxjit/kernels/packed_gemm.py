@@ -15,8 +15,8 @@ went over all the pixels one block of 16 at a time (96 write streams), 75 in chu
 first copied into blocks of (K, LANES) floats, 64-byte aligned and zero-padded past the last column, so every
 load of the microkernel is one cache line, read in sequence (in place, an image's rows of 7x7 or 14x14 pixels
 put most loads across two lines), and the last, partial block is an ordinary tile written to scratch first.
-With few panels (IN_PLACE_MAX_PANELS) each packed value would serve as few tiles, and b is read in place when
-its rows are whole blocks of LANES columns.
+With few panels (IN_PLACE_MAX_PANELS) each packed value would serve as few tiles, and b's whole blocks are read
+in place (only a partial last block is packed, so that no load reads past b).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ MR = 4  # rows of A per panel: the microkernel's accumulators
 # gemm_packed reads b in place, not packed, for at most this many panels (each packed value would serve as few):
 # 2 Zen 3 threads, processes alternated, 1x1 convs 88->24 over 28x28 pixels 101-116 -> 77-80 us, 72->24 93-102 ->
 # 52-80, 96->24 over 56x56 211-237 -> 187-216; at 24 and 36 panels (16->96 over 112x112, 24->144 over 56x56) no
-# gain or a loss
+# gain or a loss; at 12 a 576->96 one over 7x7, cut into two units of 12 panels, took 1.1-1.7x as long
 IN_PLACE_MAX_PANELS = 8
 
 
@@ -123,13 +123,17 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     a0 = g0 + _u(panel0 * panel_size)
     panels = panel1 - panel0
     rows_left = m - panel0 * MR
-    in_place = panels <= IN_PLACE_MAX_PANELS and n % LANES == 0  # no partial block to read past b's end
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
-        if in_place:
-            _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0 + _u(jc), b_rs,
-                                 _u(LANES), width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
-            continue
+        if panels <= IN_PLACE_MAX_PANELS:  # whole blocks in place; a partial last one packed (not read past b)
+            full = width - width % LANES
+            if full > 0:
+                _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0 + _u(jc), b_rs,
+                                     _u(LANES), full, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+            jc += full
+            width -= full
+            if width == 0:
+                continue
         _pack_columns(bf, b0 + _u(jc), b_rs, k, width, -(-width // LANES), scratch, bp0)
         _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, read_only(scratch), bp0,
                              _u(LANES), _u(k * LANES), width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
