@@ -59,8 +59,8 @@ DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 # 8->24 3x3 over 112x112 0.99; 3->32 3x3 stride 2 (27 taps, 32 channels) 0.99-1.12, no gain
 BROADCAST_CONV_MAX_TAPS = 320
 # and at any tap count for this few output channels, where Winograd does not apply: as a GEMM the im2col dwarfs
-# the products (densenet's 128->32-channel 3x3 convs over 7x7 pixels: broadcast / packed im2col 0.62 on two Zen 3
-# threads; 224->224 and 192->320 ones 1.14 and 1.98, so not above this)
+# the products (densenet's 128->32-channel 3x3 convs over 7x7 pixels: broadcast / im2col GEMM, BLAS at that
+# depth, 0.29 on two Zen 3 threads; 224->224 and 192->320 ones over 7x7 1.14 and 1.98, so not above this)
 BROADCAST_CONV_MAX_OUT = 32
 CONV_BROADCAST_BYTES = 64 << 10  # most bytes of a conv_broadcast unit's output rows (LANES channels)
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
@@ -664,8 +664,8 @@ def _pool_builder(kind):
                 i3, k3, s3, d3, p3, q3, o3 = (_pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
                                                                       (dilations, 1), (head, 0), (tail, 0), (out, 1)))
                 padded = kpool.padded_plane(i3, o3, k3, s3, d3, p3)
-                if is_max:  # no divisor: the kernel scales by ones
-                    divisors = (np.ones(max(o3), dtype=dtype),) * 3
+                if is_max:  # no divisors
+                    divisors = (np.empty(0, dtype=dtype),) * 3
                 else:
                     divisors = tuple(kpool.pool_divisors(kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i],
                                                                          q3[i]), cip, dtype) for i in range(3))
