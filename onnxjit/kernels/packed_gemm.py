@@ -123,20 +123,20 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     a0 = g0 + _u(panel0 * panel_size)
     panels = panel1 - panel0
     rows_left = m - panel0 * MR
+    in_place = panels <= IN_PLACE_MAX_PANELS
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
-        if panels <= IN_PLACE_MAX_PANELS:  # whole blocks in place; a partial last one packed (not read past b)
-            full = width - width % LANES
-            if full > 0:
-                _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0 + _u(jc), b_rs,
-                                     _u(LANES), full, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
-            jc += full
-            width -= full
-            if width == 0:
-                continue
-        _pack_columns(bf, b0 + _u(jc), b_rs, k, width, -(-width // LANES), scratch, bp0)
+        # in place: the chunk's whole blocks; the columns from j0 on (all, or a partial last block) are packed
+        j0 = jc + width - width % LANES if in_place else jc
+        if j0 > jc:
+            _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0 + _u(jc), b_rs,
+                                 _u(LANES), j0 - jc, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+        packed = jc + width - j0
+        if packed == 0:
+            continue
+        _pack_columns(bf, b0 + _u(j0), b_rs, k, packed, -(-packed // LANES), scratch, bp0)
         _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, read_only(scratch), bp0,
-                             _u(LANES), _u(k * LANES), width, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+                             _u(LANES), _u(k * LANES), packed, cf, c0 + _u(j0), c_rs, scratch, ct, lo, hi)
 
 
 @njit(cache=True, nogil=True)
