@@ -17,8 +17,9 @@ HAS_AVX = "avx" in llvm.get_host_cpu_features().flatten()
 
 
 # AVX/AVX2 masked moves, and AVX-512 stores under a mask register (x86's backend turns a vector store of
-# select(mask, x, the loaded value) into one; it is not in the IR)
-MASKED_STORE = re.compile(r"vmaskmovp[sd]|vmov\w+\s+%[xyz]mm\d+, [^\n]*\{%k\d\}")
+# select(mask, x, the loaded value) into one; it is not in the IR). Only a memory destination counts: a masked
+# move between registers (`vmovaps %ymm6, %ymm25 {%k2}`) is AVX-512's blend, a select that costs a plain move
+MASKED_STORE = re.compile(r"vmaskmovp[sd]|vmov\w+\s+%[xyz]mm\d+, [-\w]*\([^)\n]*\)\s*\{%k\d\}")
 
 
 def _asm(function, *args):

@@ -16,7 +16,10 @@ from onnxjit.kernels.simd import LANES
 HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
 
 
-def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0, lo=-np.inf, hi=np.inf):
+def _run(m, k, n, chunk_blocks, groups=1, g=0, panels=None, bias=True, seed=0, lo=-np.inf, hi=np.inf):
+    """gemm_packed over chunks of `chunk_blocks` blocks of LANES columns (a chunk is a multiple of LANES: 16
+    with AVX2, 32 with AVX-512)."""
+    chunk = chunk_blocks * LANES
     rng = np.random.default_rng(seed)
     a = rng.standard_normal((groups, m, k)).astype(np.float32)
     ap = pg.pack_panels(a)
@@ -38,20 +41,21 @@ def _run(m, k, n, chunk, groups=1, g=0, panels=None, bias=True, seed=0, lo=-np.i
     assert np.isnan(cf[:c0]).all() and np.isnan(cf[c0 + (rows.stop - rows.start) * c_rs:]).all()
 
 
-@pytest.mark.parametrize("m,k,n,chunk", [(4, 3, 16, 16), (7, 5, 1, 16), (13, 17, 49, 32), (30, 64, 196, 64),
-                                         (9, 1, 40, 48), (5, 200, 15, 16), (40, 33, 49, 32), (33, 8, 7, 16)])
-def test_gemm_packed_matches_numpy(m, k, n, chunk):
-    _run(m, k, n, chunk)
+@pytest.mark.parametrize("m,k,n,chunk_blocks", [(4, 3, 16, 1), (7, 5, 1, 1), (13, 17, 49, 2), (30, 64, 196, 4),
+                                                (9, 1, 40, 3), (5, 200, 15, 1), (40, 33, 49, 2), (33, 8, 7, 1),
+                                                (12, 7, 100, 1)])
+def test_gemm_packed_matches_numpy(m, k, n, chunk_blocks):
+    _run(m, k, n, chunk_blocks)
 
 
 def test_gemm_packed_clamps_in_registers():
-    _run(13, 17, 49, 32, lo=0.0)
-    _run(13, 17, 49, 32, lo=-0.5, hi=0.25)
+    _run(13, 17, 49, 2, lo=0.0)
+    _run(13, 17, 49, 2, lo=-0.5, hi=0.25)
 
 
 def test_gemm_packed_panel_range_group_and_no_bias():
-    _run(22, 9, 37, 32, groups=3, g=2, panels=(2, 5), bias=False)
-    _run(22, 9, 37, 32, groups=3, g=1, panels=(5, 6))  # the last panel: two rows of four
+    _run(22, 9, 37, 2, groups=3, g=2, panels=(2, 5), bias=False)
+    _run(22, 9, 37, 2, groups=3, g=1, panels=(5, 6))  # the last panel: two rows of four
 
 
 def test_pack_panels_layout():
