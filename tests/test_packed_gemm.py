@@ -54,26 +54,28 @@ def test_gemm_packed_clamps_in_registers():
 
 
 def test_gemm_packed_panel_range_group_and_no_bias():
-    _run(22, 9, 37, 2, groups=3, g=2, panels=(2, 5), bias=False)
-    _run(22, 9, 37, 2, groups=3, g=1, panels=(5, 6))  # the last panel: two rows of four
+    m = 5 * pg.MR + 2  # six panels, the last one of two rows
+    _run(m, 9, 37, 2, groups=3, g=2, panels=(2, 5), bias=False)
+    _run(m, 9, 37, 2, groups=3, g=1, panels=(5, 6))  # the last panel alone
 
 
 def test_pack_panels_layout():
-    a = np.arange(2 * 6 * 3, dtype=np.float32).reshape(2, 6, 3)
+    mr = pg.MR
+    a = np.arange(2 * (mr + 2) * 3, dtype=np.float32).reshape(2, mr + 2, 3)
     ap = pg.pack_panels(a)
-    assert ap.shape == (2, 2, 3, pg.MR) and ap.dtype == np.float32
-    np.testing.assert_array_equal(ap[1, 0, 2], a[1, 0:4, 2])
-    np.testing.assert_array_equal(ap[1, 1, 2], [a[1, 4, 2], a[1, 5, 2], 0, 0])
+    assert ap.shape == (2, 2, 3, mr) and ap.dtype == np.float32
+    np.testing.assert_array_equal(ap[1, 0, 2], a[1, 0:mr, 2])
+    np.testing.assert_array_equal(ap[1, 1, 2], [a[1, mr, 2], a[1, mr + 1, 2]] + [0] * (mr - 2))
 
 
 @pytest.mark.skipif(not HAS_AVX2, reason="checks x86 AVX2/AVX-512 machine code")
 def test_microkernel_accumulates_in_vector_registers():
     # a fresh compile: cached code cannot be inspected
     fresh = numba.njit(pg.gemm_packed.py_func)
-    k = 32
-    fresh(pg.pack_panels(np.ones((1, 8, k), np.float32)), 0, 0, 2, 8, np.empty(0, np.float32),
-          np.ones(k * 64, np.float32), 0, 64, 64, np.zeros(8 * 64, np.float32), 0, 64, 64,
-          np.empty(pg.scratch_size(k, 64), np.float32), np.float32(0), np.float32(np.inf))
+    k, m, n = 32, 2 * pg.MR, 2 * LANES  # two panels, two blocks of columns
+    fresh(pg.pack_panels(np.ones((1, m, k), np.float32)), 0, 0, 2, m, np.empty(0, np.float32),
+          np.ones(k * n, np.float32), 0, n, n, np.zeros(m * n, np.float32), 0, n, n,
+          np.empty(pg.scratch_size(k, n), np.float32), np.float32(0), np.float32(np.inf))
     asm = "\n".join(fresh.inspect_asm().values())
     assert len(re.findall(r"vfmadd\w*ps\s[^\n]*%[yz]mm", asm)) >= pg.MR
     assert not re.findall(r"vfmadd\w*ss\s", asm)  # no scalar FMAs: LLVM's own vectorizers left those

@@ -32,7 +32,7 @@ from numba.core.extending import overload
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
-from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias4, gemm_blocked, gemm_packed, scratch_size,
+from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          tile_at_offsets)
 from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
 
@@ -364,11 +364,11 @@ def conv_padded(x, wp, m_out, bias, z, group, k, s, p, tile_rows, kind, act, out
         for pnl in range(panels):
             i0 = pnl * MR
             rows = min(MR, mg - i0)
-            s0, s1, s2, s3 = bias4(bias, g * mg + i0, g * mg + mg) if bias.size > 0 else bias4(no_bias, 0, 0)
+            sums = bias_rows(bias, g * mg + i0, g * mg + mg)
             a0 = _u(a_base + pnl * kk * MR)
             for blk in range(or0 * wq // LANES, -(-or1 * wq // LANES)):
                 q0 = blk * LANES
-                tile_at_offsets(apf, a0, kk, buf, _u(q0), offs, tile, _u(t0), s0, s1, s2, s3, lo, hi)
+                tile_at_offsets(apf, a0, kk, buf, _u(q0), offs, tile, _u(t0), sums, lo, hi)
                 r = q0 // wq
                 c = q0 - r * wq
                 o = ((n * m_out + g * mg + i0) * oh + r) * ow + c  # where lane l's output goes, when c < ow

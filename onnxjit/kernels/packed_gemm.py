@@ -3,10 +3,15 @@ activations products of convolutions (A the weights, b an image's channels x pix
 
 A is packed by `pack_panels` into panels of MR rows, each stored step by step ((K, MR): the MR weights that
 multiply row k of b side by side), zero rows padding the last panel. The microkernel `_tile` keeps an MR x LANES
-block of c in MR vector registers (kernels.simd): per step k one vector load of b's row k, MR broadcasts from
-the panel and MR FMAs. With LANES = 16 on AVX2 that is 8 ymm accumulators, as many independent FMA chains as two
-FMA pipes of 4-cycle latency keep busy; on one AMD Zen 3 core it ran a 96->576-channel 1x1 conv over 14x14
-pixels at 83-85 GFLOP/s (OpenBLAS's sgemm 75-80), MR 5 and 6 no faster (6 spilled).
+block of c in vector registers (kernels.simd: a vector of LANES floats is two registers): per step k one vector
+load of b's row k, MR broadcasts from the panel and MR FMAs. MR is as many rows as the register file holds, so
+that there are more independent FMA chains than two FMA pipes of 4-cycle latency need at the least (8):
+  - AVX2 (16 ymm registers): MR 4, 8 accumulators. On one AMD Zen 3 core a 96->576-channel 1x1 conv over 14x14
+    pixels ran at 83-85 GFLOP/s (OpenBLAS's sgemm 75-80); MR 5 and 6 no faster (6 spilled).
+  - AVX-512 (32 zmm registers): MR 8, 16 accumulators. On one Intel Sapphire Rapids core, the microkernel over
+    packed operands in cache ran at 155-170 GFLOP/s with MR 8, 105 with MR 4 (8 chains: any stall idles a
+    pipe), 100-140 with MR 6 and 165-170 with MR 12.
+The rows past 4 are written once, under `if MR > 4` (a compile-time constant: LLVM drops them for AVX2).
 
 `gemm_packed` walks b in chunks of columns (`chunk`, a multiple of LANES, sized by the caller so a chunk of b
 stays in cache while every panel passes over it), each chunk panel by panel, so each panel's rows of c are
@@ -15,7 +20,7 @@ went over all the pixels one block of 16 at a time (96 write streams), 75 in chu
 first copied into blocks of (K, LANES) floats, 64-byte aligned and zero-padded past the last column, so every
 load of the microkernel is one cache line, read in sequence (in place, an image's rows of 7x7 or 14x14 pixels
 put most loads across two lines), and the last, partial block is an ordinary tile written to scratch first.
-With few panels (IN_PLACE_MAX_PANELS) each packed value would serve as few tiles, and b's whole blocks are read
+With few rows of A (IN_PLACE_MAX_ROWS) each packed value would serve as few tiles, and b's whole blocks are read
 in place (only a partial last block is packed, so that no load reads past b).
 """
 from __future__ import annotations
@@ -23,15 +28,15 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import LANES, VECTOR_REGISTERS, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import read_only
 
-MR = 4  # rows of A per panel: the microkernel's accumulators
-# gemm_packed reads b in place, not packed, for at most this many panels (each packed value would serve as few):
-# 2 Zen 3 threads, processes alternated, 1x1 convs 88->24 over 28x28 pixels 101-116 -> 77-80 us, 72->24 93-102 ->
-# 52-80, 96->24 over 56x56 211-237 -> 187-216; at 24 and 36 panels (16->96 over 112x112, 24->144 over 56x56) no
-# gain or a loss; at 12 a 576->96 one over 7x7, cut into two units of 12 panels, took 1.1-1.7x as long
-IN_PLACE_MAX_PANELS = 8
+MR = 8 if VECTOR_REGISTERS >= 32 else 4  # rows of A per panel: the microkernel's accumulators (above)
+# gemm_packed reads b in place, not packed, for at most this many rows of A (each packed value would serve as
+# few): 2 Zen 3 threads, processes alternated, 1x1 convs 88->24 over 28x28 pixels 101-116 -> 77-80 us, 72->24
+# 93-102 -> 52-80, 96->24 over 56x56 211-237 -> 187-216; at 96 and 144 rows (16->96 over 112x112, 24->144 over
+# 56x56) no gain or a loss; at 48 a 576->96 one over 7x7, cut into two units of 48 rows, took 1.1-1.7x as long
+IN_PLACE_MAX_ROWS = 32
 
 
 def pack_panels(a):
@@ -49,13 +54,11 @@ def _u(i):
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3, lo, hi):
-    """cf[c0 + r * c_rs + j] = clamp(s_r + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
-    r < `rows` of the panel at a0 and the LANES columns j at b0 and c0."""
-    acc0 = vsplat(s0)
-    acc1 = vsplat(s1)
-    acc2 = vsplat(s2)
-    acc3 = vsplat(s3)
+def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi):
+    """cf[c0 + r * c_rs + j] = clamp(s[r] + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
+    r < `rows` of the panel at a0 and the LANES columns j at b0 and c0 (s: `bias_rows`)."""
+    acc0, acc1, acc2, acc3 = vsplat(s[0]), vsplat(s[1]), vsplat(s[2]), vsplat(s[3])
+    acc4, acc5, acc6, acc7 = vsplat(s[4]), vsplat(s[5]), vsplat(s[6]), vsplat(s[7])
     for i in range(k):
         bv = vload(bf, b0 + _u(i) * b_rs)
         ai = a0 + _u(i * MR)
@@ -63,23 +66,20 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s0, s1, s2, s3, lo, hi):
         acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
         acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
         acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
-    vstore(cf, c0, vclamp(acc0, lo, hi))
-    if rows > 1:
-        vstore(cf, c0 + c_rs, vclamp(acc1, lo, hi))
-    if rows > 2:
-        vstore(cf, c0 + _u(2) * c_rs, vclamp(acc2, lo, hi))
-    if rows > 3:
-        vstore(cf, c0 + _u(3) * c_rs, vclamp(acc3, lo, hi))
+        if MR > 4:
+            acc4 = vfma(vsplat(ap[ai + _u(4)]), bv, acc4)
+            acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
+            acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
+            acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
+    _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s0, s1, s2, s3, lo, hi):
+def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s, lo, hi):
     """_tile with row i of b at bf[b0 + offs[i]] (any offsets: the taps of a conv over a padded input), the MR x
     LANES result stored whole at cf[c0], LANES apart."""
-    acc0 = vsplat(s0)
-    acc1 = vsplat(s1)
-    acc2 = vsplat(s2)
-    acc3 = vsplat(s3)
+    acc0, acc1, acc2, acc3 = vsplat(s[0]), vsplat(s[1]), vsplat(s[2]), vsplat(s[3])
+    acc4, acc5, acc6, acc7 = vsplat(s[4]), vsplat(s[5]), vsplat(s[6]), vsplat(s[7])
     for i in range(k):
         bv = vload(bf, b0 + _u(offs[i]))
         ai = a0 + _u(i * MR)
@@ -87,20 +87,49 @@ def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s0, s1, s2, s3, lo, hi):
         acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
         acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
         acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
-    vstore(cf, c0, vclamp(acc0, lo, hi))
-    vstore(cf, c0 + _u(LANES), vclamp(acc1, lo, hi))
-    vstore(cf, c0 + _u(2 * LANES), vclamp(acc2, lo, hi))
-    vstore(cf, c0 + _u(3 * LANES), vclamp(acc3, lo, hi))
+        if MR > 4:
+            acc4 = vfma(vsplat(ap[ai + _u(4)]), bv, acc4)
+            acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
+            acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
+            acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
+    _store_rows(cf, c0, _u(LANES), MR, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
 @njit(cache=True, nogil=True, inline="always")
-def bias4(bias, i, m):
-    """bias[i:i + MR], zeros past m or where there is no bias."""
-    zero = np.float32(0)
-    if bias.size == 0:
-        return zero, zero, zero, zero
-    return (bias[i], bias[i + 1] if i + 1 < m else zero, bias[i + 2] if i + 2 < m else zero,
-            bias[i + 3] if i + 3 < m else zero)
+def _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
+    """cf[c0 + r * c_rs:][:LANES] = clamp(acc_r, lo, hi) for the rows r < `rows` (at most MR)."""
+    vstore(cf, c0, vclamp(acc0, lo, hi))
+    if rows > 1:
+        vstore(cf, c0 + c_rs, vclamp(acc1, lo, hi))
+    if rows > 2:
+        vstore(cf, c0 + _u(2) * c_rs, vclamp(acc2, lo, hi))
+    if rows > 3:
+        vstore(cf, c0 + _u(3) * c_rs, vclamp(acc3, lo, hi))
+    if MR > 4:
+        if rows > 4:
+            vstore(cf, c0 + _u(4) * c_rs, vclamp(acc4, lo, hi))
+        if rows > 5:
+            vstore(cf, c0 + _u(5) * c_rs, vclamp(acc5, lo, hi))
+        if rows > 6:
+            vstore(cf, c0 + _u(6) * c_rs, vclamp(acc6, lo, hi))
+        if rows > 7:
+            vstore(cf, c0 + _u(7) * c_rs, vclamp(acc7, lo, hi))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def bias_rows(bias, i, m):
+    """bias[i:i + MR] as the 8 starting values of a tile's rows (zeros past m, past MR, or where bias is
+    empty)."""
+    return (_bias_at(bias, i, m), _bias_at(bias, i + 1, m), _bias_at(bias, i + 2, m), _bias_at(bias, i + 3, m),
+            _bias_at(bias, i + 4, m) if MR > 4 else np.float32(0),
+            _bias_at(bias, i + 5, m) if MR > 4 else np.float32(0),
+            _bias_at(bias, i + 6, m) if MR > 4 else np.float32(0),
+            _bias_at(bias, i + 7, m) if MR > 4 else np.float32(0))
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _bias_at(bias, i, m):
+    return bias[i] if bias.size > 0 and i < m else np.float32(0)
 
 
 @njit(cache=True, nogil=True)
@@ -123,7 +152,7 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
     a0 = g0 + _u(panel0 * panel_size)
     panels = panel1 - panel0
     rows_left = m - panel0 * MR
-    in_place = panels <= IN_PLACE_MAX_PANELS
+    in_place = panels * MR <= IN_PLACE_MAX_ROWS
     for jc in range(0, n, chunk):
         width = min(chunk, n - jc)
         # in place: the chunk's whole blocks; the columns from j0 on (all, or a partial last block) are packed
@@ -162,16 +191,16 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
     for panel in range(panels):
         i0 = panel * MR
         rows = min(MR, rows_left - i0)
-        s0, s1, s2, s3 = bias4(bias, bias0 + i0, bias0 + rows_left)
+        sums = bias_rows(bias, bias0 + i0, bias0 + rows_left)
         a = a0 + _u(panel * panel_size)
         crow = c0 + _u(i0) * c_rs
         for blk in range(blocks):
             bb = bb0 + _u(blk) * block_step
             j = blk * LANES
             if j + LANES <= width:
-                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, s0, s1, s2, s3, lo, hi)
+                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, sums, lo, hi)
             else:
-                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, s0, s1, s2, s3, lo, hi)
+                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, lo, hi)
                 for r in range(rows):
                     for q in range(width - j):
                         cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]

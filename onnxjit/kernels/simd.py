@@ -7,7 +7,7 @@ accumulators (one per output of a 6x16 tile) or with a local accumulator array, 
 compiled to scalar FMAs with stack spills, at 2-4 GFLOP/s against OpenBLAS's 75-80 on one AMD Zen 3 core. The
 same loop over these vectors compiles to one broadcast and two vfmadd231ps per row and step, at 80-85 GFLOP/s.
 
-The vector is LLVM's `<LANES x float>` (see `_lanes`: 16 with AVX2, 32 with AVX-512, two registers either way). Loads and stores are unaligned (any element offset). Indices are flat
+The vector is LLVM's `<LANES x float>` (16 with AVX2, 32 with AVX-512, two registers either way). Loads and stores are unaligned (any element offset). Indices are flat
 element offsets into a C-contiguous array (unsigned: no wraparound checks), unchecked: the caller keeps
 offset + LANES inside the array.
 """
@@ -19,16 +19,18 @@ from numba.core import cgutils
 from numba.core.extending import intrinsic, models, register_model
 
 
-def _lanes() -> int:
-    """16 floats (two ymm registers) with AVX2, 32 (two zmm) where the CPU Numba compiles for has AVX-512: either
-    way a 4-row tile of packed_gemm keeps 8 vector accumulators, as many independent FMA chains as two FMA pipes of
-    4-cycle latency need (16 lanes on AVX-512 would leave half of them idle). Probed from the host CPU, which is
-    also part of every cache entry's key, so a cached kernel always matches."""
+def _has_avx512() -> bool:
+    """Whether the host CPU, which Numba compiles for, has AVX-512 (also part of every cache entry's key, so a
+    cached kernel always matches)."""
     import llvmlite.binding as llvm
-    return 32 if "+avx512f" in llvm.get_host_cpu_features().flatten().split(",") else 16
+    return "+avx512f" in llvm.get_host_cpu_features().flatten().split(",")
 
 
-LANES = _lanes()
+HAS_AVX512 = _has_avx512()
+# 16 floats (two ymm registers) with AVX2, 32 (two zmm) with AVX-512: either way a vector is two registers, so a
+# row of packed_gemm's tile is two independent FMA chains (16 lanes on AVX-512 would halve them)
+LANES = 32 if HAS_AVX512 else 16
+VECTOR_REGISTERS = 32 if HAS_AVX512 else 16  # zmm0-31 with AVX-512, ymm0-15 with AVX2
 _VEC = ir.VectorType(ir.FloatType(), LANES)
 
 

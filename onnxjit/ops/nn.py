@@ -42,7 +42,7 @@ CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has 
 # the stems 0.86-0.88x, but a 256->256 3x3 conv over 14x14 (depth 2,304) 0.99-1.39x.
 PACKED_IM2COL_MAX_K = 1024
 CONV_PACKED_MIN_PIXELS = 512  # fewest pixels of a conv_packed tile cut for the threads (see _packed_tiles)
-CONV_MIN_PACKED_PANELS = 4  # fewest panels (of packed_gemm.MR channels) of a conv_packed unit's block
+CONV_MIN_PACKED_ROWS = 16  # fewest output channels of a conv_packed unit's block (whole panels of packed_gemm.MR)
 PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns of b (kernels.packed_gemm)
 # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
@@ -541,7 +541,7 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     panels = -(-mg // mr)
     m_block = panels
     if parallel and units < nth:  # one block per thread: every block packs the tile's columns again
-        m_block = max(min(panels, CONV_MIN_PACKED_PANELS), -(-panels // -(-nth // units)))
+        m_block = max(min(panels, -(-CONV_MIN_PACKED_ROWS // mr)), -(-panels // -(-nth // units)))
         units *= -(-panels // m_block)
     if parallel and units < nth and tile_rows > 1:  # too few channels: pixels too
         tile_rows = -(-tile_rows // -(-nth // units))
