@@ -93,6 +93,17 @@ def test_attention_short_mask_is_padded_with_masked_keys():
     _check(_feeds(mask="float", mask_len=4, past=True), n_out=3, oracle=ref_run, is_causal=1)
 
 
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_attention_nan_score_makes_its_row_nan(sign):
+    # a NaN in Q makes every score of its query row NaN; in K, one key's score in every row. The row max runs over
+    # ordered integer keys, where a positive NaN is the largest value and a negative one the smallest: the two
+    # signs reach the all-NaN row by different paths (through the max, through the exp sum)
+    feeds = _feeds(4, HQ)
+    feeds["q"][0, 1, 2, 3] = np.copysign(np.nan, sign)
+    feeds["k"][1, 2, 4, 0] = np.copysign(np.nan, sign)
+    _check(feeds)
+
+
 QK_CASES = [(mode, softcap, mask, causal) for mode, softcap, mask, causal in
             itertools.product((0, 1, 2, 3), (0.0, 2.0), (None, "bool", "float"), (0, 1))
             if not (mode == 0 and softcap)]  # declined: onnxruntime and ONNX's reference disagree

@@ -549,8 +549,8 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                     vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
                     j += 1
         dst = (n * n_ch + cb) * oplane
-        for q in range(oplane):
-            for c in range(nc):
+        for c in range(nc):  # back to NCHW a plane at a time: its stores contiguous, its loads from L1
+            for q in range(oplane):
                 of[_u(dst + c * oplane + q)] = acc[_u(q * LANES + c)]
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, cb, cb + nc, 0, oplane, kind, act)
