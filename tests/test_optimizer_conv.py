@@ -281,6 +281,39 @@ def test_matmul_activation(a_shape, b_shape):
     _check(model, {"a": rng.standard_normal(a_shape).astype(np.float32)}, "FusedMatMul")
 
 
+@pytest.mark.parametrize("a_shape,c_shape,act", [((2, 3, 6), (7,), None), ((3, 1, 6), (1, 1, 7), None),
+                                                 ((2, 3, 6), (7,), "Relu"), ((4, 2, 3, 6), (1, 7), "Tanh"),
+                                                 ((6,), (7,), None), ((2, 3, 6), (), "Relu")])
+@pytest.mark.parametrize("bias_first", [False, True])
+def test_matmul_bias_over_nd_activations(a_shape, c_shape, act, bias_first):
+    """MatMul of N-D A by a 2-D B, then a bias Add along the last axis (either operand order; a transformer's
+    projections): one FusedMatMul(A, B, C), the activation after it folded in too."""
+    rng = np.random.default_rng(4)
+    add_inputs = ["c", "m"] if bias_first else ["m", "c"]
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]),
+             helper.make_node("Add", add_inputs, ["s" if act else "y"])]
+    if act:
+        nodes.append(helper.make_node(act, ["s"], ["y"]))
+    inits = [_init("b", rng.standard_normal((6, 7)).astype(np.float32)),
+             _init("c", rng.standard_normal(c_shape).astype(np.float32))]
+    model = make_model(nodes, [tensor("a", F32, a_shape)], [tensor("y", F32, None)], initializers=inits)
+    ops = _check(model, {"a": rng.standard_normal(a_shape).astype(np.float32)}, "FusedMatMul")
+    assert ops["Add"] == 0 and ops[act or "Relu"] == 0
+
+
+@pytest.mark.parametrize("a_shape,b_shape,c_shape", [((2, 3, 6), (6, 7), (3, 1)), ((2, 3, 6), (6, 7), (2, 3, 7)),
+                                                     ((2, 3, 6), (2, 6, 7), (7,))])
+def test_matmul_add_not_a_bias_not_fused(a_shape, b_shape, c_shape):
+    """An Add that is no bias along the last axis, or a batched B, stays a MatMul and an Add."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Add", ["m", "c"], ["y"])]
+    inits = [_init("b", rng.standard_normal(b_shape).astype(np.float32)),
+             _init("c", rng.standard_normal(c_shape).astype(np.float32))]
+    model = make_model(nodes, [tensor("a", F32, a_shape)], [tensor("y", F32, None)], initializers=inits)
+    ops = _check(model, {"a": rng.standard_normal(a_shape).astype(np.float32)}, None)
+    assert ops["MatMul"] == 1 and ops["Add"] == 1
+
+
 def test_matmul_integer_not_fused():
     nodes = [helper.make_node("MatMul", ["a", "b"], ["m"]), helper.make_node("Relu", ["m"], ["y"])]
     model = make_model(nodes, [tensor("a", TensorProto.INT32, [3, 4]), tensor("b", TensorProto.INT32, [4, 2])],
@@ -362,10 +395,12 @@ def test_fused_gemm_matmul_kernel_equals_reference(act, params, dtype):
         model, feeds = _fused_model("FusedGemm", [("a", a, False), ("b", b, True), ("c", c, False)],
                                     {"transB": trans_b, "alpha": 0.7, "beta": 1.5, **_act_attrs(act, params)}, dtype)
         _kernel_vs_reference(model, feeds)
-    for a_shape, b_shape in (((4, 5), (5, 3)), ((2, 4, 5), (2, 5, 3))):
+    for a_shape, b_shape, c_shape in (((4, 5), (5, 3), None), ((2, 4, 5), (2, 5, 3), None),
+                                      ((2, 4, 5), (5, 3), (3,)), ((2, 4, 5), (2, 5, 3), (4, 1)), ((5,), (5, 3), (1,))):
+        c = None if c_shape is None else rng.standard_normal(c_shape).astype(dtype)
         model, feeds = _fused_model("FusedMatMul", [("a", rng.standard_normal(a_shape).astype(dtype), False),
-                                                    ("b", rng.standard_normal(b_shape).astype(dtype), False)],
-                                    _act_attrs(act, params), dtype)
+                                                    ("b", rng.standard_normal(b_shape).astype(dtype), False),
+                                                    ("c", c, False)], _act_attrs(act, params), dtype)
         _kernel_vs_reference(model, feeds)
 
 

@@ -111,11 +111,19 @@ class FusedGemm(OpRun):
 
 @reference_op
 class FusedMatMul(OpRun):
-    """FusedMatMul(A, B) -> Y = activation(A @ B), MatMul's numpy semantics (batch broadcast, 1-D operands).
+    """FusedMatMul(A, B, C?) -> Y = activation(A @ B + C), MatMul's numpy semantics (batch broadcast, 1-D
+    operands).
 
+    Inputs: A, B as ONNX MatMul; C (optional): a bias that broadcasts to Y without changing its shape (in
+    practice [N], a MatMul's bias Add over N-D activations), added before the activation.
     Attributes: `activation` and `activation_params`, see the module docstring. (Not onnxruntime's
     com.microsoft FusedMatMul, which scales and transposes instead.)
     """
 
-    def _run(self, A, B, activation="Identity", activation_params=None):
-        return (apply_activation(np.matmul(A, B), activation, activation_params),)
+    def _run(self, A, B, C=None, activation="Identity", activation_params=None):
+        y = np.matmul(A, B)
+        if C is not None:
+            if np.broadcast_shapes(y.shape, C.shape) != y.shape:
+                raise ValueError(f"FusedMatMul: C of shape {C.shape} does not broadcast to the output's {y.shape}")
+            y = (y + C).astype(y.dtype)
+        return (apply_activation(y, activation, activation_params),)

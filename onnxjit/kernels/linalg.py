@@ -163,18 +163,20 @@ def register_clamp(kind, act, added_after):
 
 @njit(cache=True, nogil=True, inline="always")
 def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
-    """out[m0:m1, n0:n1] += beta * c (broadcast as it lies), then the activation."""
+    """out[m0:m1, n0:n1] += beta * c (broadcast as it lies), then the activation; in out's dtype (beta, a Python
+    float, made float32 sums go through float64)."""
+    bt = out.dtype.type(beta)
     for i in range(m0, m1):
         yr = out[i]
         if has_c:
             cr = c[0] if c.shape[0] == 1 else c[i]
             if c.shape[1] == 1:
-                cv = beta * cr[0]
+                cv = bt * cr[0]
                 for j in range(n0, n1):
                     yr[_u(j)] += cv
             else:
                 for j in range(n0, n1):
-                    yr[_u(j)] += beta * cr[_u(j)]
+                    yr[_u(j)] += bt * cr[_u(j)]
         if kind != IDENTITY:
             activate(yr, n0, n1, kind, act)
 

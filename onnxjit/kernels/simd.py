@@ -7,9 +7,9 @@ accumulators (one per output of a 6x16 tile) or with a local accumulator array, 
 compiled to scalar FMAs with stack spills, at 2-4 GFLOP/s against OpenBLAS's 75-80 on one AMD Zen 3 core. The
 same loop over these vectors compiles to one broadcast and two vfmadd231ps per row and step, at 80-85 GFLOP/s.
 
-The vector is LLVM's `<LANES x float>` (16 with AVX2, 32 with AVX-512, two registers either way). Loads and stores are unaligned (any element offset). Indices are flat
-element offsets into a C-contiguous array (unsigned: no wraparound checks), unchecked: the caller keeps
-offset + LANES inside the array.
+The vector is LLVM's `<LANES x float>` (16 with AVX2, 32 with AVX-512, two registers either way). Loads and
+stores are unaligned (any element offset). Indices are flat element offsets into a C-contiguous array (unsigned:
+no wraparound checks), unchecked: the caller keeps offset + LANES inside the array.
 """
 from __future__ import annotations
 

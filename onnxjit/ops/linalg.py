@@ -18,8 +18,8 @@ import numpy as np
 from onnxjit.kernels import linalg as k
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels.simd import LANES
-from onnxjit.ops.nn import (CHUNKS_PER_THREAD, NO_ACTIVATION, PACKED_CHUNK_BYTES, PARALLEL_GRAIN, ConstantDerived,
-                             activation_of, constant_input, float_type, rank_of, ro, run_units)
+from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACKED_CHUNK_BYTES, PARALLEL_GRAIN,
+                             ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, run_units)
 from onnxjit.ops.registry import attr, register_op
 
 
@@ -145,9 +145,20 @@ register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None):
-    """act(a @ b) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast.
-    `bt_cache` may hold the transposed copy of a constant B, `packed` its packed_gemm form."""
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None):
+    """act(a @ b + c) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast; `c`
+    (FusedMatMul's bias, optional) must broadcast to the product's shape without changing it. `bt_cache` may hold
+    the transposed copy of a constant B, `packed` its packed_gemm form. A bias along the columns of a product
+    with a 2-D B is the GEMM's C (added in its epilogue); any other goes through numpy."""
+    if c is not None:
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+        out_shape = batch + ((a.shape[-2],) if a.ndim > 1 else ()) + ((b.shape[-1],) if b.ndim > 1 else ())
+        if np.broadcast_shapes(out_shape, np.shape(c)) != out_shape:
+            raise ValueError(f"FusedMatMul: C of shape {np.shape(c)} does not broadcast to the output's {out_shape}")
+        c = np.asarray(c, dtype=a.dtype)
+        if a.ndim < 2 or b.ndim != 2 or any(d != 1 for d in c.shape[:-1]):
+            y = matmul(a, b, bt_cache, NO_ACTIVATION, packed)
+            return act.apply(np.add(y, c, out=y))
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
         a = a.reshape(1, -1)
@@ -164,13 +175,15 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None):
         y = act.apply(np.zeros(batch + (m, n), dtype=a.dtype))
     elif b.ndim == 2:  # A's batch folds into its rows: one GEMM
         a2 = np.ascontiguousarray(a).reshape(-1, kk)
-        no_c = _no_c(a.dtype)
+        # the bias, a row (or one value) over the product's columns
+        c2, has_c = (_no_c(a.dtype), False) if c is None else (ro(c.reshape(1, -1)), True)
+        beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
-            y = _dot_cols(a2, bt_cache.of(b), no_c, 1.0, 0.0, False, act)
+            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act)
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
-            y = _gemm(a2, b.T, True, no_c, 1.0, 0.0, False, act)
+            y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
-            y = _gemm(a2, np.ascontiguousarray(b), False, no_c, 1.0, 0.0, False, act, packed)
+            y = _gemm(a2, np.ascontiguousarray(b), False, c2, 1.0, beta, has_c, act, packed)
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
@@ -199,7 +212,8 @@ def _no_c(dtype):
 
 def build_matmul(node):
     act = activation_of(node)
-    if len(node.inputs) != 2 or float_type(node, (0, 1)) is None or act is None:
+    n_in = 3 if node.domain == FUSED_DOMAIN else 2  # FusedMatMul's optional bias C
+    if not 2 <= len(node.inputs) <= n_in or float_type(node, range(len(node.inputs))) is None or act is None:
         return None
     if any(rank_of(node, i) == 0 for i in (0, 1)):
         return None
@@ -207,7 +221,7 @@ def build_matmul(node):
     const_b = const_b if const_b is not None and const_b.ndim == 2 else None
     bt_cache = ConstantDerived(const_b, _transposed)
     packed = ConstantDerived(const_b, _packed)
-    return lambda a, b: (matmul(a, b, bt_cache, act, packed),)
+    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c),)
 
 
 for _v in (1, 9, 13):

@@ -8,6 +8,7 @@ instead of a second pass over memory.
     FusedConv[Identity] -> Act       =>  FusedConv[Act]            (so Conv -> Add -> Relu fuses in two steps)
     Gemm(A, B, C?) -> Act            =>  FusedGemm(A, B, C?)      activation=Act
     MatMul(A, B) -> Act              =>  FusedMatMul(A, B)        activation=Act
+    FusedMatMul[Identity] -> Act     =>  FusedMatMul[Act]          (a MatMul with its bias, see gemm_fusion)
     P -> Mul(., Sigmoid(.))          =>  Fused<P>                 activation=Swish, alpha 1 (SiLU)
 
 Act is one the kernels have (`ACTIVATION_PARAM_COUNTS`); its parameters come from its attributes (schema
@@ -100,14 +101,14 @@ def _attributes(node: Node) -> dict:
 
 
 def _fusable_producer(v: Value, graph: Graph, readers: int = 1) -> Node | None:
-    """The Conv/Gemm/MatMul (or FusedConv with no activation yet) producing v, when v may vanish into it: v has
-    `readers` readers (the nodes being fused) and is no graph output."""
+    """The Conv/Gemm/MatMul (or FusedConv/FusedMatMul with no activation yet) producing v, when v may vanish into
+    it: v has `readers` readers (the nodes being fused) and is no graph output."""
     p = v.producer
     if p is None or len(v.uses) != readers or v.name in pinned_names(graph) or len(p.outputs) != 1:
         return None
     if p.domain == "" and p.op_type in FUSED_OP:
         return p
-    if p.domain == DOMAIN and p.op_type == "FusedConv":
+    if p.domain == DOMAIN and p.op_type in ("FusedConv", "FusedMatMul"):
         a = p.attributes.get("activation")
         if a is None or (a.value.decode() if isinstance(a.value, bytes) else a.value) == "Identity":
             return p
