@@ -93,6 +93,38 @@ def test_attention_short_mask_is_padded_with_masked_keys():
     _check(_feeds(mask="float", mask_len=4, past=True), n_out=3, oracle=ref_run, is_causal=1)
 
 
+def test_query_blocks_spread_heads_over_threads(monkeypatch):
+    from onnxjit.ops import attention as oa
+    monkeypatch.setattr(oa, "thread_count", lambda: 2)
+    big = 1 << 30
+    assert oa.query_blocks(3, 197, big) == 2  # 6 units: 3 + 3
+    assert oa.query_blocks(12, 128, big) == 1  # 6 + 6 already
+    assert oa.query_blocks(1, 256, big) == 2
+    assert oa.query_blocks(3, 40, big) == 1  # rows too few to cut (fewer than 2 x ATTENTION_MIN_Q_ROWS)
+    assert oa.query_blocks(3, 197, 10) == 1  # too little work for threads
+
+
+@pytest.mark.parametrize("mode", [None, 3, 2])
+def test_attention_heads_cut_into_query_blocks(mode):
+    """Heads cut into blocks of query rows (3 heads on 2 threads): causal limits, the mask, the past cache and the
+    qk_matmul_output rows all follow each block's first row."""
+    rng = np.random.default_rng(7)
+    s, past, d = 70, 2, 16
+    feeds = {"q": rng.standard_normal((1, 3, s, d)).astype(np.float32),
+             "k": rng.standard_normal((1, 3, s, d)).astype(np.float32),
+             "v": rng.standard_normal((1, 3, s, d)).astype(np.float32),
+             "mask": rng.standard_normal((1, 3, s, s + past)).astype(np.float32),
+             "past_key": rng.standard_normal((1, 3, past, d)).astype(np.float32),
+             "past_value": rng.standard_normal((1, 3, past, d)).astype(np.float32)}
+    attrs = {} if mode is None else {"qk_matmul_output_mode": mode}
+    model = _model(feeds, 23, 3 if mode is None else 4, is_causal=1, **attrs)
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = 2
+    so.add_session_config_entry("session.disable_fallback_provider", "1")
+    got = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    assert_all_same(got, (ref_run if mode == 2 else ort_run)(model, feeds))
+
+
 @pytest.mark.parametrize("sign", [1.0, -1.0])
 def test_attention_nan_score_makes_its_row_nan(sign):
     # a NaN in Q makes every score of its query row NaN; in K, one key's score in every row. The row max runs over

@@ -1,6 +1,6 @@
 """Scaled dot-product attention over 4-D Q [B, Hq, S, D], K [B, Hkv, L, D], V [B, Hkv, L, Dv].
 
-The (batch, head) pairs [bh0, bh1) one after another; the op layer hands ranges of them to its thread pool
+Units of (batch, head, block of query rows) one after another; the op layer hands ranges of them to its thread pool
 (`ops.nn.run_units`, with BLAS single-threaded meanwhile: BLAS threads nested in a parallel loop
 oversubscribed the cores, ~9x slower measured, and left spinning threads that halved the speed of later MatMuls):
 scores = softcap(Q K^T * scale) + bias (BLAS through np.dot; softcap c * tanh(x / c) when c > 0), a stable
@@ -89,21 +89,28 @@ def _softmax_rows(scores, bias, has_bias, causal, causal_offset, scale, softcap,
 
 
 @njit(cache=True, nogil=True)
-def attention(q, k, v, bias, has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode, qk_out, out,
-              bh0, bh1):
+def attention(q, k, v, bias, has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode, qk_out, q_rows,
+              out, u0, u1):
     """out[b, h] = softmax(softcap(q[b, h] k[b, h // r]^T * scale) + bias[b, h]) v[b, h // r], r = Hq // Hkv, for
-    the flattened (batch, head) pairs [bh0, bh1); qk_out[b, h] gets the scores at stage qk_mode. q, k, v, out,
-    qk_out C-contiguous (qk_out unused with QK_NONE); bias any strides (unused when not has_bias)."""
+    the units [u0, u1) of (batch, head, block of `q_rows` query rows), blocks fastest; qk_out[b, h] gets the
+    scores at stage qk_mode. q, k, v, out, qk_out C-contiguous (qk_out unused with QK_NONE); bias any strides
+    (unused when not has_bias)."""
     heads = q.shape[1]
     group = heads // k.shape[1]
-    for bh in range(bh0, bh1):
+    s = q.shape[2]
+    n_qb = -(-s // q_rows)
+    for u in range(u0, u1):
+        bh = u // n_qb
+        r0 = (u - bh * n_qb) * q_rows
+        r1 = min(s, r0 + q_rows)
         b = bh // heads
         h = bh - b * heads
         kv = h // group
-        scores = np.dot(q[b, h], k[b, kv].T)
-        _softmax_rows(scores, bias[b, h], has_bias, causal, causal_offset, scale, softcap, fully_masked, qk_mode,
-                      qk_out[b, h] if qk_mode != QK_NONE else scores)
-        np.dot(scores, v[b, kv], out[b, h])
+        scores = np.dot(q[b, h, r0:r1], k[b, kv].T)
+        # row i of the block is query r0 + i: its causal limit moves by r0
+        _softmax_rows(scores, bias[b, h, r0:r1], has_bias, causal, causal_offset + r0, scale, softcap, fully_masked,
+                      qk_mode, qk_out[b, h, r0:r1] if qk_mode != QK_NONE else scores)
+        np.dot(scores, v[b, kv], out[b, h, r0:r1])
 
 
 @njit(cache=True, nogil=True)

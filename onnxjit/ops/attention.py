@@ -38,7 +38,8 @@ from onnx import TensorProto as T
 from onnxjit.contrib.attention import FULLY_MASKED_ROWS
 from onnxjit.kernels import attention as ka
 from onnxjit.kernels import linalg as kl
-from onnxjit.ops.nn import run_units, wanted_outputs
+from onnxjit.ops.nn import PARALLEL_GRAIN, run_units, wanted_outputs
+from onnxjit.worker_pool import thread_count
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
@@ -156,13 +157,35 @@ def attention(a: AttentionAttrs, q, k, v, mask=None, past_key=None, past_value=N
             bias = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), (batch, heads, s, total))
         scale = 1 / math.sqrt(d) if a.scale is None else a.scale
         work = 2 * batch * heads * s * total * (d + v.shape[3])
+        q_rows = -(-s // query_blocks(batch * heads, s, work))
         with kl.single_threaded_blas:
             run_units(ka.attention, (q, k, v, bias, has_bias, causal, offset, dtype.type(scale),
-                                     dtype.type(a.softcap), a.fully_masked, a.qk_mode, qk, out),
-                      batch * heads, work)
+                                     dtype.type(a.softcap), a.fully_masked, a.qk_mode, qk, q_rows, out),
+                      batch * heads * -(-s // q_rows), work)
     if three_d:
         out = out.transpose(0, 2, 1, 3).reshape(batch, s, heads * v.shape[3])
     return out, k, v, qk if want_qk else None
+
+
+ATTENTION_MIN_Q_ROWS = 32  # fewest query rows of a unit cut from a head (the width of its two GEMMs)
+
+
+def query_blocks(heads: int, s: int, work: int) -> int:
+    """Into how many blocks of query rows each of `heads` (batch x heads) attention heads is cut, so that the
+    units spread evenly over the threads (the fewest blocks that keep them 90% busy): ViT-Tiny's 3 heads on 2
+    threads ran as 2 + 1 heads, cut in two as 3 + 3 halves (one Attention over [1, 3, 197, 64], two Sapphire
+    Rapids threads, same process, best of 50 runs: 276 -> 233 us; [1, 1, 256, 64] 196 -> 132 us)."""
+    threads = 1 if heads * s <= 1 or work < PARALLEL_GRAIN else thread_count()
+    most = max(1, s // ATTENTION_MIN_Q_ROWS)
+    best, best_balance = 1, 0.0
+    for n in range(1, min(most, 4 * threads) + 1):
+        units = heads * n
+        balance = units / (threads * -(-units // threads))  # the threads' busy share
+        if balance > best_balance + 1e-9:
+            best, best_balance = n, balance
+        if balance >= 0.9:
+            break
+    return best
 
 
 def _attention_attrs(node, types) -> AttentionAttrs | None:
