@@ -96,14 +96,13 @@ def test_network_kernels_have_no_masked_stores():
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
     onnxjit.InferenceSession(model.SerializeToString()).run(None, {"x": rng.standard_normal((2, 3, 16, 16),
                                                                                           dtype=np.float32)})
-    # a conv deeper than the packed GEMM takes (kk = 1,080 > PACKED_IM2COL_MAX_K), with more output channels than
-    # conv_broadcast takes at that depth, runs on conv_gemm (BLAS)
-    deep = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1, 1, 1])], "deep",
-                             [helper.make_tensor_value_info("x", T.FLOAT, [1, 120, 5, 5])],
-                             [helper.make_tensor_value_info("y", T.FLOAT, [1, 40, 5, 5])],
-                             [numpy_helper.from_array(rng.standard_normal((40, 120, 3, 3)).astype(np.float32), "W")])
+    # a 1-D conv deeper than the packed GEMM takes (kk = 1,200 > PACKED_IM2COL_MAX_K) runs on conv_gemm (BLAS)
+    deep = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], pads=[1, 1])], "deep",
+                             [helper.make_tensor_value_info("x", T.FLOAT, [1, 400, 9])],
+                             [helper.make_tensor_value_info("y", T.FLOAT, [1, 40, 9])],
+                             [numpy_helper.from_array(rng.standard_normal((40, 400, 3)).astype(np.float32), "W")])
     onnxjit.InferenceSession(helper.make_model(deep, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
-                             ).run(None, {"x": rng.standard_normal((1, 120, 5, 5), dtype=np.float32)})
+                             ).run(None, {"x": rng.standard_normal((1, 400, 9), dtype=np.float32)})
     # a depthwise conv over a plane larger than conv_depthwise_blocked takes runs on conv_direct
     plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
                               [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 30, 30])],

@@ -112,13 +112,15 @@ CONV_CASES = [
     ((1, 4, 7, 7), (8, 1, 3, 3), dict(group=4, pads=[2, 2, 2, 2], dilations=[2, 2]), True),  # x2 depthwise
     ((1, 3, 8, 9), (3, 1, 3, 2), dict(group=3, pads=[0, 1, 2, 0], strides=[3, 2]), False),  # rows unread
     ((1, 2, 1, 9), (2, 1, 1, 4), dict(group=2, pads=[0, 3, 0, 0]), True),  # taps past the input's end
-    ((1, 16, 16, 16), (48, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # Winograd, 4x4 tiles
-    ((2, 16, 17, 19), (40, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # Winograd, partial tiles, uneven pads
-    ((1, 32, 30, 14), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # Winograd, several tile-row blocks
+    # Winograd (float32 from 7x7 tiles of 4x4 pixels, float64 from 4x4 tiles)
+    ((1, 16, 28, 28), (48, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 7x7 tiles
+    ((2, 16, 29, 31), (40, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # partial tiles, uneven pads
+    ((1, 32, 36, 26), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # several tile-row blocks
 ]
 WINOGRAD_CASES = CONV_CASES[-3:]
-# float32 GEMM-like convs on kernels.packed_gemm: pixel counts off the 16-lane blocks, channels off the 4-row
-# panels, several column chunks (deep inputs), grouped, batched, and enough work to be cut for the threads
+# float32 GEMM-like convs on kernels.packed_gemm (pointwise ones, and the im2col of 1-D and 3-D ones): pixel counts
+# off the lanes' blocks, channels off the panels, several column chunks (deep inputs), grouped, batched, and
+# enough work to be cut for the threads
 PACKED_CASES = [
     ((1, 24, 7, 7), (30, 24, 1, 1), dict(), True),
     ((2, 6, 9, 5), (5, 6, 1, 1), dict(), False),
@@ -126,7 +128,7 @@ PACKED_CASES = [
     ((1, 700, 6, 6), (9, 700, 1, 1), dict(), True),
     ((1, 96, 14, 14), (144, 96, 1, 1), dict(), True),
     ((1, 8, 40, 40), (24, 8, 1, 1), dict(), False),
-    ((2, 3, 33, 31), (30, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # more channels than taps
+    ((2, 6, 37), (30, 6, 3), dict(strides=[2], pads=[1, 1]), True),  # a 1-D conv's im2col
 ]
 
 
@@ -149,15 +151,20 @@ KERNEL_CASES = {
         ((2, 12, 9, 10), (24, 4, 3, 3), dict(group=3, pads=[1, 0, 0, 1], strides=[2, 3]), False),  # odd sizes
         ((1, 8, 11, 9), (16, 4, 5, 5), dict(group=2, pads=[2, 2, 2, 2], strides=[3, 2]), True),
     ],
-    # more taps than output channels (stems): vectors over the output channels, no im2col
+    # dense 2-D convs neither pointwise nor Winograd's: vectors over the output channels, no im2col
     "conv_broadcast": [
+        ((2, 3, 33, 31), (30, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # more channels than taps
+        ((1, 40, 7, 7), (48, 40, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # two passes of taps, two channel blocks
+        ((1, 64, 9, 9), (40, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), False),  # three passes, strided
+        ((1, 8, 50, 1), (16, 8, 5, 1), dict(pads=[2, 0, 2, 0]), True),  # a 1-D conv written as 2-D: rows of 1
+        ((1, 24, 14, 14), (24, 24, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # below Winograd's tiles (float32)
         ((1, 3, 32, 32), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem
         ((2, 3, 30, 27), (20, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), False),  # a partial block, images
         ((1, 4, 9, 11), (7, 4, 3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 2]), True),  # uneven pads
         ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
         ((1, 3, 6, 5), (8, 3, 3, 3), dict(auto_pad="SAME_UPPER", strides=[2, 2]), False),  # rows of 3 pixels
         ((1, 32, 40, 40), (64, 32, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # enough for the threads
-        # past BROADCAST_CONV_MAX_TAPS, few output channels (densenet's 128->32 over 7x7); bands for the threads
+        # few output channels (densenet's 128->32 over 7x7); bands for the threads
         ((1, 48, 7, 7), (32, 48, 3, 3), dict(pads=[1, 1, 1, 1]), True),
         ((2, 64, 9, 9), (24, 64, 3, 3), dict(pads=[1, 1, 1, 1]), False),
     ],

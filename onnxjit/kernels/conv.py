@@ -10,8 +10,11 @@ units over threads. Strategies:
   * `conv_winograd`: 3x3 stride-1 2-D convs with enough channels and tiles, by Winograd F(4x4, 3x3).
   * `conv_direct`: units (image, output channel), accumulating shifted zero-padded input planes; for grouped
     convs with few channels per group (depthwise), where a GEMM per group would be tiny.
-  * `conv_broadcast`: float32 2-D convs with more taps than output channels (stems), units (image, band of
-    output rows), vectors over the output channels times broadcast input values: no im2col.
+  * `conv_broadcast`: float32 dense 2-D convs other than pointwise and Winograd's (stems, strided convs, deep
+    convs over small planes), units (image, band of output rows, group of output-channel blocks), vectors over
+    the output channels times broadcast input values: no im2col, the raw weights.
+  * `conv_packed`: float32 pointwise convs (and the im2col of 1-D and 3-D ones) on kernels.packed_gemm.
+  * `conv_padded`: float32 grouped 2-D convs, packed_gemm's microkernel over a padded copy of each group.
   * `conv_depthwise_blocked`: float32 depthwise 2-D convs over small planes, units (image, block of LANES
     channels), channels-last in vector registers inside the kernel.
   * `conv_depthwise_nhwc`: depthwise convs on channels-last images (com.onnxjit NhwcConv, written by the
@@ -569,18 +572,30 @@ def broadcast_weight_vectors(w):
     return wt
 
 
-@njit(cache=True, nogil=True)
-def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
-    """A 2-D float32 conv with more taps (input channels x kernel) than output channels, as a network's stem (3
-    channels 3x3 to 16, 3 channels 7x7 to 64), units [u0, u1) of (image, band of `tile_rows` output rows), x, w,
-    z and out 5-D as conv_direct's. Vectors run over
-    the output channels: each unit copies its band's input rows into a zero-padded buffer, then for 4 output
-    pixels at a time, per block of LANES output channels, adds each tap as one weight vector times the input
-    value broadcast, in 4 vector registers; the block goes back to NCHW as the unit stores it. wt: the weights as
-    those vectors (`broadcast_weight_vectors`).
+# taps of a conv_broadcast pass: their weight vectors (LANES floats each: 32 KB with AVX-512) stay in L1 while
+# every pixel group of the unit's rows passes over them
+BROADCAST_TAPS_PER_PASS = 256
 
-    Why: as a GEMM such a conv is mostly its im2col (27 rows copied out of 3 strided planes for 16 or 32
-    output rows), and its output rows too few for packed_gemm's tiles."""
+
+@njit(cache=True, nogil=True)
+def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, out, u0, u1):
+    """A 2-D float32 conv with vectors over its output channels and no im2col: units [u0, u1) of (image, band of
+    `tile_rows` output rows, group of `m_blocks` blocks of LANES output channels), groups fastest; x, z and out
+    5-D as conv_direct's; wt the weights as vectors (`broadcast_weight_vectors`).
+
+    Each unit copies its band's input rows into a zero-padded buffer. The band's output pixels, taken row after
+    row as one sequence, go in groups of packed_gemm.MR (a last partial group computes into spare slots); per
+    block of LANES output channels and pass of BROADCAST_TAPS_PER_PASS taps, each group adds every tap as one
+    weight vector times the group's MR input values broadcast, MR vector accumulators held in registers and
+    kept between passes in a channels-last tile, which goes back to NCHW a plane at a time. That is packed_gemm's
+    microkernel with the roles turned: the weights are the vectors, the input the broadcast side, read in place
+    at each tap's offset, and the tile's width is the output channels, not the pixels (of which a 7x7 or 14x14
+    plane has few).
+
+    Why: as a GEMM a stem (3 channels 3x3 to 16, 3 channels 7x7 to 64) is mostly its im2col (27 rows copied out
+    of 3 strided planes for 16 or 32 output rows), and a deep conv over a small plane (256 -> 256 channels 3x3
+    over 14x14 pixels: an im2col of 2,304 rows for 196 columns) copies as much as it multiplies; Winograd's
+    transformed weights are 4x the raw ones, which a network streams from memory once per run."""
     n_img, n_ch, in_h, in_w = x.shape[0], x.shape[1], x.shape[3], x.shape[4]
     m_out = out.shape[1]
     oh, ow = out.shape[3], out.shape[4]
@@ -602,18 +617,25 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1
         for b in range(kh):
             for e in range(kw):
                 offs[(c * kh + b) * kw + e] = (c * band_h + b * dh) * wp + e * dw
-    acc = np.empty(tile_rows * ow * LANES, dtype=np.float32)
+    slots = -(-tile_rows * ow // MR) * MR
+    pix = np.zeros(slots, dtype=np.int64)  # each output pixel's place in buf (spare slots: 0, any place)
+    acc = np.empty(slots * LANES, dtype=np.float32)
     lo, hi, kind = register_clamp(kind, act, z.size > 0)
+    no_lo, no_hi = np.float32(-np.inf), np.float32(np.inf)
     xf, of = x.reshape(-1), out.reshape(-1)
     out3 = out.reshape((n_img, m_out, oh * ow))
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     no_bias = bias[:0]
     bands = -(-oh // tile_rows)
+    groups = -(-n_mb // m_blocks)
     c1 = min(wp, in_w + pw)  # the buffer's columns inside the input (the others stay zero)
     for u in range(u0, u1):
-        n = u // bands
-        r0 = (u - n * bands) * tile_rows
+        grp = u % groups
+        band = u // groups
+        n = band // bands
+        r0 = (band - n * bands) * tile_rows
         nr = min(oh, r0 + tile_rows) - r0
+        npx = nr * ow
         for c in range(n_ch):
             for q in range((nr - 1) * sh + (kh - 1) * dh + 1):
                 ih = r0 * sh + q - ph
@@ -625,44 +647,69 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1
                 else:
                     for col in range(wp):
                         buf[_u(dst + col)] = np.float32(0)
-        for mb in range(n_mb):
+        for q in range(npx):
+            i = q // ow
+            pix[q] = i * sh * wp + (q - i * ow) * sw
+        for mb in range(grp * m_blocks, min(n_mb, grp * m_blocks + m_blocks)):
             b0 = vload(bv, _u(mb * LANES))
             wb = mb * taps * LANES
-            for i in range(nr):
-                j = 0
-                while j < ow:
-                    if ow >= 4:  # 4 pixels; the last group overlaps the one before where ow is not a multiple of 4
-                        j = min(j, ow - 4)
-                        a0, a1, a2, a3 = b0, b0, b0, b0
-                        px = i * sh * wp + j * sw
-                        for t in range(taps):
-                            wv = vload(wt, _u(wb + t * LANES))
-                            o = _u(px + offs[t])
-                            a0 = vfma(wv, vsplat(buf[o]), a0)
-                            a1 = vfma(wv, vsplat(buf[o + _u(sw)]), a1)
-                            a2 = vfma(wv, vsplat(buf[o + _u(2 * sw)]), a2)
-                            a3 = vfma(wv, vsplat(buf[o + _u(3 * sw)]), a3)
-                        at = _u((i * ow + j) * LANES)
-                        vstore(acc, at, vclamp(a0, lo, hi))
-                        vstore(acc, at + _u(LANES), vclamp(a1, lo, hi))
-                        vstore(acc, at + _u(2 * LANES), vclamp(a2, lo, hi))
-                        vstore(acc, at + _u(3 * LANES), vclamp(a3, lo, hi))
-                        j += 4
-                    else:
-                        a0 = b0
-                        px = i * sh * wp + j * sw
-                        for t in range(taps):
-                            a0 = vfma(vload(wt, _u(wb + t * LANES)), vsplat(buf[_u(px + offs[t])]), a0)
-                        vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
-                        j += 1
+            for t0 in range(0, taps, BROADCAST_TAPS_PER_PASS):
+                t1 = min(taps, t0 + BROADCAST_TAPS_PER_PASS)
+                last = t1 == taps
+                for q0 in range(0, npx, MR):
+                    _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, t0 == 0, b0, lo if last else no_lo,
+                                    hi if last else no_hi)
             m0 = mb * LANES
             nm = min(LANES, m_out - m0)
             dst = (n * m_out + m0) * oh * ow + r0 * ow
-            for q in range(nr * ow):  # pixel by pixel into nm output planes: both sides move forward
-                for c in range(nm):
+            for c in range(nm):  # back to NCHW a plane at a time: its stores contiguous, its loads from L1
+                for q in range(npx):
                     of[_u(dst + c * oh * ow + q)] = acc[_u(q * LANES + c)]
             if z3.size > 0 or kind != IDENTITY:
-                _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, nr * ow, kind, act)
+                _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, npx, kind, act)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, first, b0, lo, hi):
+    """acc's MR pixel slots from q0 (LANES channels each) += the taps [t0, t1): weight vector wt[wb + t * LANES]
+    times the pixel's input value buf[pix[q] + offs[t]] (starting from the bias b0 when `first`), clamped to
+    [lo, hi] as they are stored."""
+    a = _u(q0 * LANES)
+    lanes = _u(LANES)
+    if first:
+        a0, a1, a2, a3, a4, a5, a6, a7 = b0, b0, b0, b0, b0, b0, b0, b0
+    else:
+        a0, a1 = vload(acc, a), vload(acc, a + lanes)
+        a2, a3 = vload(acc, a + _u(2) * lanes), vload(acc, a + _u(3) * lanes)
+        a4, a5, a6, a7 = b0, b0, b0, b0
+        if MR > 4:
+            a4, a5 = vload(acc, a + _u(4) * lanes), vload(acc, a + _u(5) * lanes)
+            a6, a7 = vload(acc, a + _u(6) * lanes), vload(acc, a + _u(7) * lanes)
+    p0, p1, p2, p3 = _u(pix[q0]), _u(pix[q0 + 1]), _u(pix[q0 + 2]), _u(pix[q0 + 3])
+    p4, p5, p6, p7 = p0, p0, p0, p0
+    if MR > 4:
+        p4, p5, p6, p7 = _u(pix[q0 + 4]), _u(pix[q0 + 5]), _u(pix[q0 + 6]), _u(pix[q0 + 7])
+    for t in range(t0, t1):
+        wv = vload(wt, _u(wb + t * LANES))
+        o = _u(offs[t])
+        a0 = vfma(wv, vsplat(buf[p0 + o]), a0)
+        a1 = vfma(wv, vsplat(buf[p1 + o]), a1)
+        a2 = vfma(wv, vsplat(buf[p2 + o]), a2)
+        a3 = vfma(wv, vsplat(buf[p3 + o]), a3)
+        if MR > 4:
+            a4 = vfma(wv, vsplat(buf[p4 + o]), a4)
+            a5 = vfma(wv, vsplat(buf[p5 + o]), a5)
+            a6 = vfma(wv, vsplat(buf[p6 + o]), a6)
+            a7 = vfma(wv, vsplat(buf[p7 + o]), a7)
+    vstore(acc, a, vclamp(a0, lo, hi))
+    vstore(acc, a + lanes, vclamp(a1, lo, hi))
+    vstore(acc, a + _u(2) * lanes, vclamp(a2, lo, hi))
+    vstore(acc, a + _u(3) * lanes, vclamp(a3, lo, hi))
+    if MR > 4:
+        vstore(acc, a + _u(4) * lanes, vclamp(a4, lo, hi))
+        vstore(acc, a + _u(5) * lanes, vclamp(a5, lo, hi))
+        vstore(acc, a + _u(6) * lanes, vclamp(a6, lo, hi))
+        vstore(acc, a + _u(7) * lanes, vclamp(a7, lo, hi))
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -220,9 +220,11 @@ def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
             if w == LANES:
                 for q in range(LANES):
                     bp[row + _u(q)] = bf[src + _u(q)]
-            else:
-                for q in range(LANES):
-                    bp[row + _u(q)] = bf[src + _u(q)] if q < w else np.float32(0)
+            else:  # two plain loops: one testing q < w per element ran scalar (64x576 @ 576x196: 175 -> 127 us)
+                for q in range(w):
+                    bp[row + _u(q)] = bf[src + _u(q)]
+                for q in range(w, LANES):
+                    bp[row + _u(q)] = np.float32(0)
 
 
 @njit(cache=True, nogil=True, inline="always")

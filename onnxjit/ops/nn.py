@@ -52,16 +52,14 @@ PADDED_CONV_MAX_K = 1024
 # time, blocked / direct, one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75,
 # but 30x30 (28x28) 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
 DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
-# float32 2-D convs with more taps (input channels x kernel) than output channels, up to this many, run with
-# vectors over the output channels and no im2col (kernels.conv.conv_broadcast): the im2col matrix they avoid is
-# then larger than the output they write back to NCHW. One AMD Zen 3 thread, session time, broadcast / packed
-# im2col: 3->16 3x3 stride 2 over 224x224 0.71, 3->64 7x7 stride 2 0.77, 32->64 3x3 stride 2 over 56x56 0.78,
-# 8->24 3x3 over 112x112 0.99; 3->32 3x3 stride 2 (27 taps, 32 channels) 0.99-1.12, no gain
-BROADCAST_CONV_MAX_TAPS = 320
-# and at any tap count for this few output channels, where Winograd does not apply: as a GEMM the im2col dwarfs
-# the products (densenet's 128->32-channel 3x3 convs over 7x7 pixels: broadcast / im2col GEMM, BLAS at that
-# depth, 0.29 on two Zen 3 threads; 224->224 and 192->320 ones over 7x7 1.14 and 1.98, so not above this)
-BROADCAST_CONV_MAX_OUT = 32
+# float32 2-D dense convs that are neither pointwise nor Winograd's run with vectors over the output channels and
+# no im2col (kernels.conv.conv_broadcast). Two Sapphire Rapids threads, same process, 4 convs reading one input
+# with their own weights (as a network streams them), broadcast / the path before (im2col GEMMs, BLAS's or
+# packed_gemm's, or Winograd below WINOGRAD_MIN_TILES_F32): 3x3 over 7x7 pixels 160->224 0.55, 192->224 0.53,
+# 512->512 0.71; over 13x13 and 14x14 64->256 0.79, 128->128 0.84, 256->256 0.96, 512->512 0.50; strided
+# 128->256 0.77, 256->512 0.68, 64->128 over 56x56 0.93; 5x5 96->256 over 27x27 0.76, 32->96 over 14x14 0.27;
+# 11x11 stride 4 3->96 0.72. Pointwise convs stay on packed_gemm: broadcast 1.25-2.8x their time (each input
+# channel a tap, a new cache line per tap). The stems it took first (3->64 7x7, 3->16 3x3 stride 2) run as before.
 CONV_BROADCAST_BYTES = 64 << 10  # most bytes of a conv_broadcast unit's output rows (LANES channels)
 DOT_CONV_MAX_IMAGES = 4  # a 1x1 conv over 1x1 pixels of at most this many images runs as dot products
 CONV_UNITS_PER_THREAD = 2  # conv_gemm units per thread: more, smaller GEMMs cost more than balance gains
@@ -360,15 +358,11 @@ def build_conv(node):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
-        elif (itemsize == 4 and r == 2 and group == 1 and m_out < kk and not pointwise
-              and (kk <= BROADCAST_CONV_MAX_TAPS or m_out <= BROADCAST_CONV_MAX_OUT)):
+        elif itemsize == 4 and r == 2 and group == 1 and not pointwise:
             mode = "broadcast"
-            m_blocks = 0
-            # bands of output rows within the byte budget, at least CONV_UNITS_PER_THREAD per thread where the
-            # work is worth threads (a 7x7 output was one unit)
-            wanted = CONV_UNITS_PER_THREAD * nth if nth > 1 and work >= PARALLEL_GRAIN else 1
-            tile_rows = max(1, min(o3[1], CONV_BROADCAST_BYTES // (o3[2] * LANES * 4), -(-o3[1] // wanted)))
-            units = n_img * -(-o3[1] // tile_rows)
+            n_mb = -(-m_out // LANES)
+            tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
+            units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
         elif direct:
             mode = "direct"
             tile_rows = m_blocks = 1
@@ -432,8 +426,8 @@ def build_conv(node):
                                                               None), (0, 3, 10), shape, shape5, units, work, False)
         if mode == "broadcast":
             return (CallSite(kconv.conv_broadcast), (None, broadcast_weights.of(w), bias, None, k, s, d, p, tile_rows,
-                                                     act.kind, consts, None), (0, 3, 11), shape, shape5, units, work,
-                    False)
+                                                     m_blocks, act.kind, consts, None), (0, 3, 12), shape, shape5,
+                    units, work, False)
         if mode == "direct":
             return (CallSite(kconv.conv_direct), (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None),
                     (0, 3, 11), shape, shape5, units, work, False)
@@ -493,6 +487,24 @@ def _no_residual(dtype, ndim):
     return a
 
 
+def _broadcast_tiles(images, nrows, ow, n_mb, nth, parallel):
+    """(output rows per band, blocks of LANES output channels per group) of conv_broadcast's units: bands within
+    the byte budget of a unit's channels-last tile; where they are fewer than CONV_UNITS_PER_THREAD per thread,
+    the blocks of output channels are cut into groups too, then the bands cut smaller (a 7x7 output was one
+    unit). Groups cost nothing but each unit's copy of its band's input rows, and split the weights between
+    the threads instead of each reading them all."""
+    wanted = CONV_UNITS_PER_THREAD * nth if parallel else 1
+    tile_rows = max(1, min(nrows, CONV_BROADCAST_BYTES // (ow * LANES * 4)))
+    bands = images * -(-nrows // tile_rows)
+    m_blocks = n_mb
+    if bands < wanted:
+        m_blocks = -(-n_mb // min(n_mb, -(-wanted // bands)))
+        groups = -(-n_mb // m_blocks)
+        if bands * groups < wanted:
+            tile_rows = max(1, -(-nrows // -(-wanted // (images * groups))))
+    return tile_rows, m_blocks
+
+
 def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows, of even
     sizes, within the byte budgets, about CONV_UNITS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS
@@ -549,22 +561,21 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
 
 
 # Winograd F(4x4, 3x3) (kernels.conv.conv_winograd) for 3x3 stride-1 2-D convs: a quarter of the multiplies, in
-# 36 GEMMs over channels. It pays where those GEMMs are wide enough: enough channels, and at least 4x4 tiles.
+# 36 GEMMs over channels. It pays where those GEMMs are wide enough: enough channels, and at least 4x4 tiles; for
+# float32, at least 7x7 tiles (28x28 pixels), below which conv_broadcast is faster: its transformed weights are 4x
+# the raw ones, streamed from memory once per conv in a network (same measurements as conv_broadcast's above:
+# over 28x28 and 56x56 pixels the two were within 4% of each other, 0.96-1.03)
 WINOGRAD_MIN_CHANNELS = 16
-WINOGRAD_MIN_TILES = 16
-# with at most BROADCAST_CONV_MAX_OUT output channels conv_broadcast runs the smaller planes faster: 2 Zen 3
-# threads, 3x3 convs over 14x14 pixels (16 tiles), broadcast / Winograd: 128->32 0.64-0.79, 64->32 0.55; over
-# 28x28 (49 tiles) 128->32 1.09, over 56x56 1.21
-WINOGRAD_MIN_TILES_FEW_OUT = 32
+WINOGRAD_MIN_TILES = 16  # float64, which conv_broadcast does not take
+WINOGRAD_MIN_TILES_F32 = 49
 WINOGRAD_BLOCK_BYTES = 1 << 20  # most bytes of a unit's transformed input (36 x channels x tiles): about an L2
 WINOGRAD_MIN_GEMM_TILES = 32  # a unit's tiles, where the budget allows: the width of its GEMMs
 
 
 def _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
-    few_out = itemsize == 4 and m_out <= BROADCAST_CONV_MAX_OUT  # conv_broadcast's, below its tile count
     return (r == 2 and group == 1 and list(kernel) == [3, 3] and all(v == 1 for v in strides)
             and all(v == 1 for v in dilations) and min(cg, m_out) >= WINOGRAD_MIN_CHANNELS
-            and -(-out[0] // 4) * -(-out[1] // 4) >= (WINOGRAD_MIN_TILES_FEW_OUT if few_out else WINOGRAD_MIN_TILES))
+            and -(-out[0] // 4) * -(-out[1] // 4) >= (WINOGRAD_MIN_TILES_F32 if itemsize == 4 else WINOGRAD_MIN_TILES))
 
 
 def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
