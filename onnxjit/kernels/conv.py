@@ -37,7 +37,7 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          tile_at_offsets)
-from onnxjit.kernels.simd import LANES, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import LANES, TILE, vclamp, vfma, vload, vsplat, vstore, vtranspose
 
 
 @njit(cache=True, inline="always")
@@ -551,10 +551,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                                       a0)
                     vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
                     j += 1
-        dst = (n * n_ch + cb) * oplane
-        for c in range(nc):  # back to NCHW a plane at a time: its stores contiguous, its loads from L1
-            for q in range(oplane):
-                of[_u(dst + c * oplane + q)] = acc[_u(q * LANES + c)]
+        _to_planes(acc, nc, oplane, of, (n * n_ch + cb) * oplane, oplane)
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, cb, cb + nc, 0, oplane, kind, act)
 
@@ -661,12 +658,26 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
                                     hi if last else no_hi)
             m0 = mb * LANES
             nm = min(LANES, m_out - m0)
-            dst = (n * m_out + m0) * oh * ow + r0 * ow
-            for c in range(nm):  # back to NCHW a plane at a time: its stores contiguous, its loads from L1
-                for q in range(npx):
-                    of[_u(dst + c * oh * ow + q)] = acc[_u(q * LANES + c)]
+            _to_planes(acc, nm, npx, of, (n * m_out + m0) * oh * ow + r0 * ow, oh * ow)
             if z3.size > 0 or kind != IDENTITY:
                 _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, npx, kind, act)
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _to_planes(acc, nc, npix, of, dst, plane):
+    """of[dst + c * plane + q] = acc[q * LANES + c] for channels c < nc and pixels q < npix: a channels-last tile
+    back to NCHW planes, TILE x TILE blocks turned in registers (simd.vtranspose) and stored as runs of TILE
+    pixels, the rest a plane at a time (stores contiguous, loads from L1). Element by element, a 3->64-channel
+    3x3 stride-2 stem spent as long writing its output back as computing it (27 taps a pixel)."""
+    for c0 in range(0, nc, TILE):
+        q0 = 0
+        if c0 + TILE <= nc:
+            while q0 + TILE <= npix:
+                vtranspose(acc, q0 * LANES + c0, LANES, of, dst + c0 * plane + q0, plane)
+                q0 += TILE
+        for c in range(c0, min(nc, c0 + TILE)):
+            for q in range(q0, npix):
+                of[_u(dst + c * plane + q)] = acc[_u(q * LANES + c)]
 
 
 @njit(cache=True, nogil=True, inline="always")

@@ -151,3 +151,43 @@ def vsum(typingctx, v):
         return builder.extract_element(x, ir.Constant(ir.IntType(32), 0))
 
     return types.float32(v), codegen
+
+
+# the side of the square tiles `vtranspose` turns: one register of floats (16 in a zmm, 8 in a ymm)
+TILE = LANES // 2
+
+
+@intrinsic
+def vtranspose(typingctx, src, s0, s_rs, dst, d0, d_rs):
+    """dst[d0 + j * d_rs + i] = src[s0 + i * s_rs + j] for i, j < TILE: a TILE x TILE tile of floats turned in
+    registers (float32 arrays, C-contiguous; unchecked offsets). TILE rows are loaded, interleaved pairwise in
+    log2(TILE) rounds (row i with row i + TILE / 2: their low halves' elements alternated, then their high
+    halves'; after the last round row j holds column j), and stored: 64 two-register shuffles for a 16 x 16
+    tile, where a copy element by element moves its 256 floats one at a time."""
+    if not (_float32_array(src) and _float32_array(dst)) or not all(
+            isinstance(v, types.Integer) for v in (s0, s_rs, d0, d_rs)):
+        return None
+    vec = ir.VectorType(ir.FloatType(), TILE)
+    i64 = ir.IntType(64)
+    half = TILE // 2
+    low = ir.Constant(ir.VectorType(ir.IntType(32), TILE), [v for k in range(half) for v in (k, k + TILE)])
+    high = ir.Constant(ir.VectorType(ir.IntType(32), TILE),
+                       [v for k in range(half, TILE) for v in (k, k + TILE)])
+
+    def codegen(context, builder, sig, args):
+        sdata = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+        ddata = context.make_array(sig.args[3])(context, builder, value=args[3]).data
+        s0_v, s_rs_v, d0_v, d_rs_v = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 2, 4, 5))
+
+        def at(data, start, step, i):
+            index = builder.add(start, builder.mul(step, ir.Constant(i64, i)))
+            return builder.bitcast(builder.gep(data, [index]), vec.as_pointer())
+
+        rows = [builder.load(at(sdata, s0_v, s_rs_v, i), align=4) for i in range(TILE)]
+        for _ in range(TILE.bit_length() - 1):
+            rows = [builder.shuffle_vector(rows[i], rows[i + half], mask) for i in range(half) for mask in (low, high)]
+        for j in range(TILE):
+            builder.store(rows[j], at(ddata, d0_v, d_rs_v, j), align=4)
+        return context.get_dummy_value()
+
+    return types.none(src, s0, s_rs, dst, d0, d_rs), codegen
