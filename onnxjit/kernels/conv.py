@@ -667,8 +667,9 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
 def _to_planes(acc, nc, npix, of, dst, plane):
     """of[dst + c * plane + q] = acc[q * LANES + c] for channels c < nc and pixels q < npix: a channels-last tile
     back to NCHW planes, TILE x TILE blocks turned in registers (simd.vtranspose) and stored as runs of TILE
-    pixels, the rest a plane at a time (stores contiguous, loads from L1). Element by element, a 3->64-channel
-    3x3 stride-2 stem spent as long writing its output back as computing it (27 taps a pixel)."""
+    pixels, the rest a plane at a time (stores contiguous, loads from L1). With 27 taps a pixel the copy weighs as
+    much as the products: a 3->64-channel 3x3 stride-2 stem over 224x224 pixels took 525 us element by element,
+    274-354 us turned in registers (two Sapphire Rapids threads)."""
     for c0 in range(0, nc, TILE):
         q0 = 0
         if c0 + TILE <= nc:
