@@ -52,11 +52,19 @@ def _same_float_types(*values):
     return types
 
 
-@graph_pass(BASIC)
-def fuse_matmul_add(graph: Graph, ctx: PassContext) -> int:
+def _rewrite_matmul_adds(graph: Graph, replacement) -> int:
+    """Each MatMul whose output's only reader is an Add, all three operands float or double of one type, replaced
+    together with the Add by `replacement(a, b, c, types, out, name)` where that gives a node (out the Add's
+    output, which the node takes over, and name the Add's, which it frees; `name(prefix)` a fresh one)."""
     pinned = pinned_names(graph)
-    names: set[str] | None = None
+    taken: set[str] | None = None
     fused = 0
+
+    def fresh(prefix: str) -> str:
+        nonlocal taken
+        taken = taken if taken is not None else {n.name for n in graph.nodes}
+        return fresh_name(graph, prefix, taken)
+
     for matmul in list(graph.nodes):
         found = _matmul_add(matmul, pinned)
         if found is None:
@@ -64,55 +72,40 @@ def fuse_matmul_add(graph: Graph, ctx: PassContext) -> int:
         add, c = found
         a, b = matmul.inputs
         types = _same_float_types(a, b, c)
-        if types is None:
+        node = None if types is None else replacement(a, b, c, types, add.outputs[0],
+                                                       lambda prefix: add.name or fresh(prefix))
+        if node is None:
             continue
-        ta, tb, tc = types
-        if ta.shape is None or tb.shape is None or len(ta.shape) != 2 or len(tb.shape) != 2:
-            continue
-        if not _broadcasts_to(tc.shape, (ta.shape[0], tb.shape[1])):
-            continue
-        if not add.name:
-            names = names if names is not None else {n.name for n in graph.nodes}
-        attrs = {"broadcast": make_attr("broadcast", 1)} if ctx.opset("") < 7 else {}
-        # the Add goes, so its name is free for the node that takes its place
-        gemm = Node("Gemm", [a, b, c], [add.outputs[0]], name=add.name or fresh_name(graph, "MatMulAdd", names),
-                    attributes=attrs, opset=ctx.opset(""))
-        graph.insert_before(add, gemm)
+        graph.insert_before(add, node)
         graph.remove(add)
         graph.remove(matmul)
         fused += 1
     return fused
+
+
+@graph_pass(BASIC)
+def fuse_matmul_add(graph: Graph, ctx: PassContext) -> int:
+    def gemm(a, b, c, types, out, name):
+        ta, tb, tc = types
+        if ta.shape is None or tb.shape is None or len(ta.shape) != 2 or len(tb.shape) != 2 or \
+                not _broadcasts_to(tc.shape, (ta.shape[0], tb.shape[1])):
+            return None
+        attrs = {"broadcast": make_attr("broadcast", 1)} if ctx.opset("") < 7 else {}
+        return Node("Gemm", [a, b, c], [out], name=name("MatMulAdd"), attributes=attrs, opset=ctx.opset(""))
+    return _rewrite_matmul_adds(graph, gemm)
 
 
 @graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
-    pinned = pinned_names(graph)
-    names: set[str] | None = None
-    fused = 0
-    for matmul in list(graph.nodes):
-        found = _matmul_add(matmul, pinned)
-        if found is None:
-            continue
-        add, c = found
-        a, b = matmul.inputs
-        types = _same_float_types(a, b, c)
-        if types is None:
-            continue
+    def fused_matmul(a, b, c, types, out, name):
         ta, tb, tc = types
         if ta.shape is None or tb.shape is None or tc.shape is None or len(ta.shape) in (0, 2) or len(tb.shape) != 2:
-            continue
+            return None
         cols = tb.shape[1]
         out_rank = max(len(ta.shape), 1)  # a 1-D A gives [N]
         if len(tc.shape) > out_rank or any(d != 1 for d in tc.shape[:-1]) or \
                 (tc.shape and not (tc.shape[-1] == 1 or (cols is not None and tc.shape[-1] == cols))):
-            continue  # not a bias along the output's last axis alone
-        if not add.name:
-            names = names if names is not None else {n.name for n in graph.nodes}
+            return None  # not a bias along the output's last axis alone
         ctx.use_domain(DOMAIN, VERSION)
-        fused_node = Node("FusedMatMul", [a, b, c], [add.outputs[0]], domain=DOMAIN, opset=VERSION,
-                          name=add.name or fresh_name(graph, "MatMulBias", names))
-        graph.insert_before(add, fused_node)
-        graph.remove(add)
-        graph.remove(matmul)
-        fused += 1
-    return fused
+        return Node("FusedMatMul", [a, b, c], [out], domain=DOMAIN, opset=VERSION, name=name("MatMulBias"))
+    return _rewrite_matmul_adds(graph, fused_matmul)
