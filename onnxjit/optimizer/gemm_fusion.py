@@ -73,7 +73,7 @@ def _rewrite_matmul_adds(graph: Graph, replacement) -> int:
         a, b = matmul.inputs
         types = _same_float_types(a, b, c)
         node = None if types is None else replacement(a, b, c, types, add.outputs[0],
-                                                       lambda prefix: add.name or fresh(prefix))
+                                                       lambda prefix, own=add.name: own or fresh(prefix))
         if node is None:
             continue
         graph.insert_before(add, node)
