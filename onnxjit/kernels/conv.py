@@ -584,7 +584,7 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
     row as one sequence, go in groups of packed_gemm.MR (a last partial group computes into spare slots); per
     block of LANES output channels and pass of BROADCAST_TAPS_PER_PASS taps, each group adds every tap as one
     weight vector times the group's MR input values broadcast, MR vector accumulators held in registers and
-    kept between passes in a channels-last tile, which goes back to NCHW a plane at a time. That is packed_gemm's
+    kept between passes in a channels-last tile, which goes back to NCHW through `_to_planes`. That is packed_gemm's
     microkernel with the roles turned: the weights are the vectors, the input the broadcast side, read in place
     at each tap's offset, and the tile's width is the output channels, not the pixels (of which a 7x7 or 14x14
     plane has few).
