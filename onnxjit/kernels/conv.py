@@ -669,7 +669,7 @@ def _to_planes(acc, nc, npix, of, dst, plane):
     back to NCHW planes, TILE x TILE blocks turned in registers (simd.vtranspose) and stored as runs of TILE
     pixels, the rest a plane at a time (stores contiguous, loads from L1). With 27 taps a pixel the copy weighs as
     much as the products: a 3->64-channel 3x3 stride-2 stem over 224x224 pixels took 525 us element by element,
-    274-354 us turned in registers (two Sapphire Rapids threads)."""
+    274-354 us turned in registers (two Emerald Rapids threads)."""
     for c0 in range(0, nc, TILE):
         q0 = 0
         if c0 + TILE <= nc:

@@ -8,7 +8,7 @@ load of b's row k, MR broadcasts from the panel and MR FMAs. MR is as many rows 
 that there are more independent FMA chains than two FMA pipes of 4-cycle latency need at the least (8):
   - AVX2 (16 ymm registers): MR 4, 8 accumulators. On one AMD Zen 3 core a 96->576-channel 1x1 conv over 14x14
     pixels ran at 83-85 GFLOP/s (OpenBLAS's sgemm 75-80); MR 5 and 6 no faster (6 spilled).
-  - AVX-512 (32 zmm registers): MR 8, 16 accumulators. On one Intel Sapphire Rapids core, the microkernel over
+  - AVX-512 (32 zmm registers): MR 8, 16 accumulators. On one Intel Emerald Rapids core, the microkernel over
     packed operands in cache ran at 155-170 GFLOP/s with MR 8, 105 with MR 4 (8 chains: any stall idles a
     pipe), 100-140 with MR 6 and 165-170 with MR 12.
 The rows past 4 are written once, under `if MR > 4` (a compile-time constant: LLVM drops them for AVX2).

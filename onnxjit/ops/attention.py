@@ -173,7 +173,7 @@ ATTENTION_MIN_Q_ROWS = 32  # fewest query rows of a unit cut from a head (the wi
 def query_blocks(heads: int, s: int, work: int) -> int:
     """Into how many blocks of query rows each of `heads` (batch x heads) attention heads is cut, so that the
     units spread evenly over the threads (the fewest blocks that keep them 90% busy): ViT-Tiny's 3 heads on 2
-    threads ran as 2 + 1 heads, cut in two as 3 + 3 halves (one Attention over [1, 3, 197, 64], two Sapphire
+    threads ran as 2 + 1 heads, cut in two as 3 + 3 halves (one Attention over [1, 3, 197, 64], two Emerald
     Rapids threads, same process, best of 50 runs: 276 -> 233 us; [1, 1, 256, 64] 196 -> 132 us)."""
     threads = 1 if heads * s <= 1 or work < PARALLEL_GRAIN else thread_count()
     most = max(1, s // ATTENTION_MIN_Q_ROWS)

@@ -53,7 +53,7 @@ PADDED_CONV_MAX_K = 1024
 # but 30x30 (28x28) 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
 DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 # float32 2-D dense convs that are neither pointwise nor Winograd's run with vectors over the output channels and
-# no im2col (kernels.conv.conv_broadcast). Two Sapphire Rapids threads, same process, 4 convs reading one input
+# no im2col (kernels.conv.conv_broadcast). Two Emerald Rapids threads, same process, 4 convs reading one input
 # with their own weights (as a network streams them), broadcast / the path before (im2col GEMMs, BLAS's or
 # packed_gemm's, or Winograd below WINOGRAD_MIN_TILES_F32): 3x3 over 7x7 pixels 160->224 0.55, 192->224 0.53,
 # 512->512 0.71; over 13x13 and 14x14 64->256 0.79, 128->128 0.84, 256->256 0.96, 512->512 0.50; strided

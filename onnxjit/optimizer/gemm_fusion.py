@@ -9,7 +9,7 @@ A MatMul of A of another rank (a transformer's [batch, sequence, features] activ
 reader adds a bias along the output's last axis (C of shape [N] or [1, ..., 1, N], or one value) becomes
 FusedMatMul(A, B, C): the CPU kernel folds A's batch into the rows of one GEMM and adds C in its epilogue, where
 the Add was a second pass over the product (24 Adds over [197, 576] and [197, 768], 1.2 ms of a ViT-Tiny run of
-~25 on two Sapphire Rapids threads). onnxruntime's fusion reshapes A to 2-D around a Gemm instead.
+~25 on two Emerald Rapids threads). onnxruntime's fusion reshapes A to 2-D around a Gemm instead.
 """
 from __future__ import annotations
 
