@@ -563,8 +563,9 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
 # Winograd F(4x4, 3x3) (kernels.conv.conv_winograd) for 3x3 stride-1 2-D convs: a quarter of the multiplies, in
 # 36 GEMMs over channels. It pays where those GEMMs are wide enough: enough channels, and at least 4x4 tiles; for
 # float32, at least 7x7 tiles (28x28 pixels), below which conv_broadcast is faster: its transformed weights are 4x
-# the raw ones, streamed from memory once per conv in a network (same measurements as conv_broadcast's above:
-# over 28x28 and 56x56 pixels the two were within 4% of each other, 0.96-1.03)
+# the raw ones, streamed from memory once per conv in a network. Over 28x28 and 56x56 pixels Winograd stays:
+# benchmarks/conv_paths.py, two Emerald Rapids threads, 128->128 and 64->64 convs: conv_broadcast 1.25-2.0x
+# Winograd's time in four runs (0.96-1.03 in an earlier sweep)
 WINOGRAD_MIN_CHANNELS = 16
 WINOGRAD_MIN_TILES = 16  # float64, which conv_broadcast does not take
 WINOGRAD_MIN_TILES_F32 = 49
