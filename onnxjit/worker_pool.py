@@ -430,7 +430,7 @@ class CallSite:
         self._found = None  # _launcher's (native entry, launch wrapper)
 
     def run(self, args, n_units, work) -> None:
-        threads = _threads_for(n_units, work)
+        threads = threads_for(n_units, work)
         if threads <= 1:
             self._run_serial(args, n_units)
             return
@@ -453,7 +453,7 @@ class CallSite:
                 self._serial = cres.entry_point
 
 
-def _threads_for(n_units, work):
+def threads_for(n_units, work):
     """The threads a kernel call of `n_units` units and `work` element operations runs on: 1 where the work is
     small, else numba's thread count (which intra_op_num_threads sets). The size test comes first: reading the
     thread count costs a microsecond, much of a batch-1 run's small kernels."""
@@ -463,9 +463,9 @@ def _threads_for(n_units, work):
 
 
 def run_units(kernel, args, n_units, work):
-    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `_threads_for`
+    """kernel(*args, start, end) over the units [0, n_units): on the calling thread alone when `threads_for`
     gives one thread, else split over the calling thread and the pool's workers."""
-    threads = _threads_for(n_units, work)
+    threads = threads_for(n_units, work)
     if threads <= 1:
         kernel(*args, 0, n_units)
         return

@@ -94,8 +94,9 @@ def test_attention_short_mask_is_padded_with_masked_keys():
 
 
 def test_query_blocks_spread_heads_over_threads(monkeypatch):
+    from onnxjit import worker_pool
     from onnxjit.ops import attention as oa
-    monkeypatch.setattr(oa, "thread_count", lambda: 2)
+    monkeypatch.setattr(worker_pool, "thread_count", lambda: 2)
     big = 1 << 30
     assert oa.query_blocks(3, 197, big) == 2  # 6 units: 3 + 3
     assert oa.query_blocks(12, 128, big) == 1  # 6 + 6 already

@@ -38,9 +38,9 @@ from onnx import TensorProto as T
 from onnxjit.contrib.attention import FULLY_MASKED_ROWS
 from onnxjit.kernels import attention as ka
 from onnxjit.kernels import linalg as kl
-from onnxjit.ops.nn import PARALLEL_GRAIN, run_units, wanted_outputs
-from onnxjit.worker_pool import thread_count
+from onnxjit.ops.nn import run_units, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.worker_pool import threads_for
 
 _FLOATS = frozenset({T.FLOAT, T.DOUBLE})
 _QK_MODES = (ka.QK_SCALED, ka.QK_SOFTCAPPED, ka.QK_BIASED, ka.QK_SOFTMAX)
@@ -175,7 +175,7 @@ def query_blocks(heads: int, s: int, work: int) -> int:
     units spread evenly over the threads (the fewest blocks that keep them 90% busy): ViT-Tiny's 3 heads on 2
     threads ran as 2 + 1 heads, cut in two as 3 + 3 halves (one Attention over [1, 3, 197, 64], two Emerald
     Rapids threads, same process, best of 50 runs: 276 -> 233 us; [1, 1, 256, 64] 196 -> 132 us)."""
-    threads = 1 if heads * s <= 1 or work < PARALLEL_GRAIN else thread_count()
+    threads = threads_for(heads * s, work)  # the threads run_units would give a job this size
     most = max(1, s // ATTENTION_MIN_Q_ROWS)
     best, best_balance = 1, 0.0
     for n in range(1, min(most, 4 * threads) + 1):
