@@ -101,10 +101,8 @@ def fuse_matmul_bias(graph: Graph, ctx: PassContext) -> int:
         ta, tb, tc = types
         if ta.shape is None or tb.shape is None or tc.shape is None or len(ta.shape) in (0, 2) or len(tb.shape) != 2:
             return None
-        cols = tb.shape[1]
-        out_rank = max(len(ta.shape), 1)  # a 1-D A gives [N]
-        if len(tc.shape) > out_rank or any(d != 1 for d in tc.shape[:-1]) or \
-                (tc.shape and not (tc.shape[-1] == 1 or (cols is not None and tc.shape[-1] == cols))):
+        bias_shape = (1,) * (len(ta.shape) - 1) + (tb.shape[1],)  # a 1-D A gives [N]
+        if not _broadcasts_to(tc.shape, bias_shape):
             return None  # not a bias along the output's last axis alone
         ctx.use_domain(DOMAIN, VERSION)
         return Node("FusedMatMul", [a, b, c], [out], domain=DOMAIN, opset=VERSION, name=name("MatMulBias"))
