@@ -40,7 +40,7 @@ def _data(typingctx, arr):
     return types.CPointer(arr.dtype)(arr), codegen
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _row_stride(x):
     return x.strides[0] // x.itemsize if x.shape[0] > 1 else max(1, x.shape[1])
 

@@ -38,11 +38,7 @@ from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          tile_at_offsets)
 from onnxjit.kernels.simd import LANES, TILE, vclamp, vfma, vload, vsplat, vstore, vtranspose
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
+from onnxjit.kernels.views import u64 as _u
 
 
 def valid_range(off, stride, size, n_out):
@@ -66,7 +62,7 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
 SHORT_ROW = 32  # output rows narrower than this are gathered element by element (see _im2col)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _col_index(dst0, r, col, rows, npx, blocked):
     """Where element (r, col) of a rows x npx im2col matrix lies in its buffer from dst0 (see _put_run)."""
     if blocked:
@@ -74,7 +70,7 @@ def _col_index(dst0, r, col, rows, npx, blocked):
     return _u(dst0 + r * npx + col)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _put_run(dst, dst0, r, col, n, rows, npx, blocked, src, s0, sw):
     """Elements (r, col + t), t < n, of a rows x npx im2col matrix in its buffer from dst0 = src[s0 + t * sw]
     (zeros where src is empty): row-major, or `blocked` as packed_gemm's blocks of LANES columns ((col //
@@ -181,7 +177,7 @@ def _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act):
             activate(orow, p0, p0 + npx, kind, act)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def work_unit(u, n_mb, ntiles, group):
     """(channel block, tile, group, image) of work unit u, channel blocks varying fastest: the units of conv_gemm,
     conv_packed and conv_transpose's kernel."""
@@ -192,7 +188,7 @@ def work_unit(u, n_mb, ntiles, group):
     return mblk, tile, rest % group, rest // group
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _tile_span(tile, tile_rows, nrows, ow):
     """(first row, end row, first pixel, pixels) of output tile `tile` (rows of ow pixels)."""
     r0 = tile * tile_rows
@@ -282,7 +278,7 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
             _finish_rows(out3, z3, no_bias, n, g * mg + i0, g * mg + i1, p0, npx, kind, act)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _phase_row(xf, src, in_w, pw, sw, wq, dst, d0, plane):
     """One input row (xf[src:src + in_w]) padded by pw in front, into its sw column phases: phase px's row, wq
     wide at dst[d0 + px * plane], gets padded columns px, px + sw, ... (the padding's places left as they are),
@@ -663,7 +659,7 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
                 _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, npx, kind, act)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _to_planes(acc, nc, npix, of, dst, plane):
     """of[dst + c * plane + q] = acc[q * LANES + c] for channels c < nc and pixels q < npix: a channels-last tile
     back to NCHW planes, TILE x TILE blocks turned in registers (simd.vtranspose) and stored as runs of TILE
@@ -681,7 +677,7 @@ def _to_planes(acc, nc, npix, of, dst, plane):
                 of[_u(dst + c * plane + q)] = acc[_u(q * LANES + c)]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, first, b0, lo, hi):
     """acc's MR pixel slots from q0 (LANES channels each) += the taps [t0, t1): weight vector wt[wb + t * LANES]
     times the pixel's input value buf[pix[q] + offs[t]] (starting from the bias b0 when `first`), clamped to
@@ -724,7 +720,7 @@ def _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, first, b0, lo, hi):
         vstore(acc, a + _u(7) * lanes, vclamp(a7, lo, hi))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _split_pairs(xf, planes, src, py, sh, ph, pw, hq, wq, in_h, in_w, phase):
     """conv_direct's phase planes (py, 0) and (py, 1) of a stride-2 conv: input columns 2q - pw and
     2q + 1 - pw of each phase row, for the q where both lie inside the input, read as pairs; the others one by
@@ -766,7 +762,7 @@ def _add_taps_of(acc, planes, span, wt, offs):
     return lambda acc, planes, span, wt, offs: fn(acc, planes, span, wt, offs)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _taps_in_registers(acc, planes, span, wt, offs):
     """float32: 4 vectors of acc (8 ymm registers with AVX2, as many FMA chains as two 4-cycle pipes need) take
     every tap before they are stored, so a tap costs one load and one FMA per vector, and no store: a pass per
@@ -803,7 +799,7 @@ def _taps_in_registers(acc, planes, span, wt, offs):
         q += LANES
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _taps_in_memory(acc, planes, span, wt, offs):
     """Other dtypes: a loop over acc per tap (LLVM vectorizes it), the 9 taps of a 3x3 kernel in one pass, their
     sum in registers (one pass per tap loaded and stored acc 9 times; a 3x3 depthwise conv is bound by those
@@ -882,7 +878,7 @@ def winograd_weights(w, dtype):
     return np.ascontiguousarray(u.reshape(36, m, c).astype(dtype))
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True)
 def _bt(d0, d1, d2, d3, d4, d5, k):
     """B^T d: the input transform of a column of 6; k = (2, 4, 5, 8) in the data's dtype (an integer
     constant would make numba compute a float32 in float64)."""
@@ -891,7 +887,7 @@ def _bt(d0, d1, d2, d3, d4, d5, k):
             two * (d3 - d1) - d2 + d4, two * (d1 - d3) - d2 + d4, four * d1 - five * d3 + d5)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True)
 def _at(m0, m1, m2, m3, m4, m5, k):
     """A^T m: the output transform of a column of 6 (k as for `_bt`)."""
     s, t = m1 + m2, m1 - m2

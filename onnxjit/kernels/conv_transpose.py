@@ -24,11 +24,7 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.conv import work_unit
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
+from onnxjit.kernels.views import u64 as _u
 
 
 def tap_table(kw, dw, pw, sw, in_w, ow):
@@ -46,7 +42,7 @@ def tap_table(kw, dw, pw, sw, in_w, ow):
 PAIR_MIN_WIDTH = 64  # narrower input rows add tap pairs singly: the vectorized pair loop then costs more
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True)
 def _add_strided(of, o0, row, i0, j0, j1, sw):
     """of[o0 + j * sw] += row[i0 + j] for j in [j0, j1)."""
     if sw == 1:
@@ -57,7 +53,7 @@ def _add_strided(of, o0, row, i0, j0, j1, sw):
             of[_u(o0 + j * sw)] += row[_u(i0 + j)]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True)
 def _add_pair(of, o0, row_e, row_f, i0, taps):
     """Stride 2, taps e = 0 and f = 1 along W (offsets one apart) added in one loop over the input columns both
     reach, whose stores then fill whole pairs of output columns (LLVM vectorizes that interleave, not a lone

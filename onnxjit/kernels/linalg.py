@@ -25,12 +25,7 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import blas, packed_gemm, vmath
 from onnxjit.kernels.simd import LANES, vfma, vload, vsplat, vsum
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
-
+from onnxjit.kernels.views import u64 as _u
 
 # activation codes: a kernel's `kind` is the index here; the names are the ONNX op types
 ACTIVATIONS = ("Identity", "Relu", "LeakyRelu", "Sigmoid", "Tanh", "Clip", "HardSigmoid", "Elu", "Selu",
@@ -149,7 +144,7 @@ def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, c
             _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def register_clamp(kind, act, added_after):
     """(lo, hi, kind left for the epilogue) of packed_gemm's in-register clamp: a Relu or Clip becomes the float32
     bounds and leaves IDENTITY, unless a term is `added_after` the product (a residual, Gemm's C), which the
@@ -161,7 +156,7 @@ def register_clamp(kind, act, added_after):
     return np.float32(lo), np.float32(hi), kind
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
     """out[m0:m1, n0:n1] += beta * c (broadcast as it lies), then the activation; in out's dtype (beta, a Python
     float, made float32 sums go through float64)."""

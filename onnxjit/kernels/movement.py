@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.linalg import _u
+from onnxjit.kernels.views import u64 as _u
 
 
 @njit(cache=True)

@@ -6,12 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.views import u64 as _u
 
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
 
 
 @njit(cache=True, nogil=True)

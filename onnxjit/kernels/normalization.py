@@ -19,11 +19,7 @@ from numba.extending import intrinsic
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
+from onnxjit.kernels.views import u64 as _u
 
 
 def _flip_codegen(builder, bits, width):

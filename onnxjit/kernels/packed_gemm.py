@@ -30,6 +30,7 @@ import numpy as np
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.simd import LANES, VECTOR_REGISTERS, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import read_only
+from onnxjit.kernels.views import u64 as _u
 
 MR = 8 if VECTOR_REGISTERS >= 32 else 4  # rows of A per panel: the microkernel's accumulators (above)
 # gemm_packed reads b in place, not packed, for at most this many rows of A (each packed value would serve as
@@ -48,12 +49,7 @@ def pack_panels(a):
     return np.ascontiguousarray(padded.reshape(g, n_panels, MR, k).transpose(0, 1, 3, 2))
 
 
-@njit(cache=True, nogil=True, inline="always")
-def _u(i):
-    return np.uint64(i)
-
-
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi):
     """cf[c0 + r * c_rs + j] = clamp(s[r] + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
     r < `rows` of the panel at a0 and the LANES columns j at b0 and c0 (s: `bias_rows`)."""
@@ -74,7 +70,7 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi):
     _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s, lo, hi):
     """_tile with row i of b at bf[b0 + offs[i]] (any offsets: the taps of a conv over a padded input), the MR x
     LANES result stored whole at cf[c0], LANES apart."""
@@ -95,7 +91,7 @@ def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s, lo, hi):
     _store_rows(cf, c0, _u(LANES), MR, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
     """cf[c0 + r * c_rs:][:LANES] = clamp(acc_r, lo, hi) for the rows r < `rows` (at most MR)."""
     vstore(cf, c0, vclamp(acc0, lo, hi))
@@ -116,7 +112,7 @@ def _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, 
             vstore(cf, c0 + _u(7) * c_rs, vclamp(acc7, lo, hi))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def bias_rows(bias, i, m):
     """bias[i:i + MR] as the 8 starting values of a tile's rows (zeros past m, past MR, or where bias is
     empty)."""
@@ -127,7 +123,7 @@ def bias_rows(bias, i, m):
             _bias_at(bias, i + 7, m) if MR > 4 else np.float32(0))
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _bias_at(bias, i, m):
     return bias[i] if bias.size > 0 and i < m else np.float32(0)
 
@@ -179,7 +175,7 @@ def gemm_blocked(ap, g, panel0, panel1, m, bias, bp, bp0, n, cf, c0, c_rs, scrat
                          _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), scratch, _u(0), lo, hi)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_rs, block_step, width, cf, c0, c_rs,
                          scratch, ct, lo, hi):
     """The microkernel over `panels` panels of A from ap[a0] (rows_left real rows from the first; bias rows
@@ -206,7 +202,7 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
                         cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
     """bp[bp0:] = the `width` columns of b from b0 (k rows, b_rs apart) as `blocks` blocks of (k, LANES),
     zeros past width."""
@@ -227,7 +223,7 @@ def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
                     bp[row + _u(q)] = np.float32(0)
 
 
-@njit(cache=True, nogil=True, inline="always")
+@njit(cache=True, nogil=True, forceinline=True)
 def aligned_start(buf):
     """The first index of the float32 `buf` on a LANES-float boundary (64 bytes with 16 lanes): packed blocks
     start there, so each of the microkernel's loads is whole cache lines."""

@@ -18,11 +18,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.views import read_only
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
+from onnxjit.kernels.views import u64 as _u
 
 
 def dim_table(n_out, stride, pad, dil, k, size, tail):

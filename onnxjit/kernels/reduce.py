@@ -21,14 +21,10 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
+from onnxjit.kernels.views import u64 as _u
 
 # pre-ops of accumulate / accumulate_kahan
 PRE_NONE, PRE_SQUARE, PRE_ABS = 0, 1, 2
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
 
 
 @njit(cache=True, inline="always")

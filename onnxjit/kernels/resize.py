@@ -23,11 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-
-
-@njit(cache=True, inline="always")
-def _u(i):
-    return np.uint64(i)
+from onnxjit.kernels.views import u64 as _u
 
 
 @njit(cache=True, nogil=True)
@@ -114,7 +110,7 @@ def nearest_2d(x, yi, xi, halving, out, u0, u1):
                 dst[_u(j)] = src[_u(xi[_u(j)])]
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True, forceinline=True)
 def _lerp_row(src, xi, xw, halving, dst):
     """dst[j] = xw[0, j] * src[xi[0, j]] + xw[1, j] * src[xi[1, j]]: a row resampled along W. `halving` >= 0 says
     xi[0, j] = halving + 2 * j and xi[1, j] = xi[0, j] + 1 (a 2x downscale): strided loads, which vectorize."""
