@@ -115,6 +115,7 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
     npx = (r1 - r0) * ow
     xf = x.reshape(-1)
     nothing = xf[:0]
+    no_start, no_step = np.int64(0), np.int64(1)  # int64, not literals: _put_run compiles once for all its calls
     zero = dst.dtype.type(0)
     for r in range(rows):
         c = r // kvol
@@ -136,7 +137,7 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
                     for j in range(ow):
                         dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 else:
-                    _put_run(dst, dst0, r, base, ow, rows, npx, blocked, nothing, 0, 1)
+                    _put_run(dst, dst0, r, base, ow, rows, npx, blocked, nothing, no_start, no_step)
                 continue
             row0 = ((plane + zd) * in_h + zh) * in_w
             if ow < SHORT_ROW:  # element by element: the runs' set-up would cost more than they save
@@ -152,9 +153,9 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
                 for j in range(j1, ow):
                     dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 continue
-            _put_run(dst, dst0, r, base, j0, rows, npx, blocked, nothing, 0, 1)
+            _put_run(dst, dst0, r, base, j0, rows, npx, blocked, nothing, no_start, no_step)
             _put_run(dst, dst0, r, base + j0, j1 - j0, rows, npx, blocked, xf, row0 + j0 * sw + off, sw)
-            _put_run(dst, dst0, r, base + j1, ow - j1, rows, npx, blocked, nothing, 0, 1)
+            _put_run(dst, dst0, r, base + j1, ow - j1, rows, npx, blocked, nothing, no_start, no_step)
 
 
 @njit(cache=True, nogil=True)

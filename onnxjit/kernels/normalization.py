@@ -7,8 +7,10 @@ the streaming pass of the next row fused into the compute pass of the current on
 exp and log are `vmath` (vectorizable, ~1 ulp), the per-row sums may be reassociated so that they vectorize, and
 the row max runs over order-preserving integer keys of the floats (it vectorizes; a NaN anywhere in a row still
 makes the whole row NaN). All arithmetic stays in the input dtype (float32 or float64). Layer norm also has an
-in-place form (the op layer uses it over a dead softmax buffer). The ops share one driver, so a dtype compiles
-one kernel. RMS normalization has its own row kernel.
+in-place form (the op layer uses it over a dead softmax buffer). Softmax alone has its own driver
+(`softmax_rows`): a network whose only normalization is its classifier's softmax then compiles none of the layer
+norm code (about 3.5 s of a cold start); the layer norm forms share `rows`. RMS normalization has its own row
+kernel.
 """
 from __future__ import annotations
 
@@ -242,20 +244,36 @@ def rms_norm_rows(x, scale, eps, y, r0, r1):
 SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _constants(y):
+    """zero, one and the row length n in y's dtype."""
+    c = np.zeros(3, dtype=y.dtype)
+    c[1] = 1
+    c[2] = y.shape[1]
+    return c[0], c[1], c[2]
+
+
+@njit(cache=True, nogil=True)
+def softmax_rows(x, y, log, block, u0, u1):
+    """Softmax (LogSoftmax when `log`) of each row of x (rows, n), n >= 1, into y, the blocks [u0, u1) of
+    `block` rows."""
+    zero, one, _ = _constants(y)
+    for b in range(u0, u1):
+        r0 = b * block
+        _softmax_block(x, y, r0, min(y.shape[0], r0 + block), log, zero, one)
+
+
 @njit(cache=True, nogil=True)
 def rows(x, y, op, scale, bias, eps, mean, inv_std, block, u0, u1):
-    """The row kernels over (rows, n) arrays, n >= 1, the blocks [u0, u1) of `block` rows: op SOFTMAX /
-    LOG_SOFTMAX (y[r] from x[r]; the other arguments are unused), LAYER_NORM (y[r] from x[r]; scale and bias are
+    """The layer norm row kernels over (rows, n) arrays, n >= 1, the blocks [u0, u1) of `block` rows: op
+    LAYER_NORM (y[r] from x[r]; scale and bias are
     (1, n), shared, or (rows, n); eps has the arrays' dtype; mean[r] and inv_std[r] receive the statistics) or
     LAYER_NORM_INPLACE (the same over y in place; x is unused), or SOFTMAX_LAYER_NORM (layer norm of each
     row's exp terms, see `_softmax_layernorm_block`) / LOG_SOFTMAX_LAYER_NORM (the log-softmax of each block of
     rows, then layer norm over it while it is still in cache): one pass over memory instead of two. One driver
-    serves them all, so each dtype compiles one kernel."""
-    nrows, n = y.shape
-    c = np.zeros(3, dtype=y.dtype)
-    c[1] = 1
-    c[2] = n
-    zero, one, nf = c[0], c[1], c[2]
+    serves them all, so each dtype compiles one kernel for them."""
+    nrows = y.shape[0]
+    zero, one, nf = _constants(y)
     for b in range(u0, u1):
         r0 = b * block
         r1 = min(nrows, r0 + block)
@@ -266,6 +284,5 @@ def rows(x, y, op, scale, bias, eps, mean, inv_std, block, u0, u1):
         elif op == SOFTMAX_LAYER_NORM:
             _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
         else:
-            _softmax_block(x, y, r0, r1, op == LOG_SOFTMAX or op == LOG_SOFTMAX_LAYER_NORM, zero, one)
-            if op == LOG_SOFTMAX_LAYER_NORM:
-                _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)
+            _softmax_block(x, y, r0, r1, True, zero, one)  # LOG_SOFTMAX_LAYER_NORM
+            _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std)

@@ -171,8 +171,8 @@ def gemm_blocked(ap, g, panel0, panel1, m, bias, bp, bp0, n, cf, c0, c_rs, scrat
     k = ap.shape[2]
     panel_size = k * MR
     a0 = (_u(g) * _u(ap.shape[1]) + _u(panel0)) * _u(panel_size)
-    _panels_times_blocks(ap.reshape(-1), a0, panel1 - panel0, m - panel0 * MR, bias, panel0 * MR, k, bp, _u(bp0),
-                         _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), scratch, _u(0), lo, hi)
+    _panels_times_blocks(ap.reshape(-1), a0, panel1 - panel0, m - panel0 * MR, bias, panel0 * MR, k, read_only(bp),
+                         _u(bp0), _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), scratch, _u(0), lo, hi)
 
 
 @njit(cache=True, nogil=True, forceinline=True)

@@ -53,14 +53,14 @@ def _dummy_rows(dtype: np.dtype) -> np.ndarray:
 
 
 def _run_rows(x2, y2, op, scale=None, bias=None, eps=0.0, mean=None, inv=None):
-    """kn.rows over (rows, n) arrays, in blocks of about BLOCK_ELEMENTS over the threads (unused arguments get
-    dummies of the right types, so that each dtype compiles one specialization)."""
-    if scale is None:
-        scale = bias = _dummy_rows(y2.dtype)
-        mean = inv = np.empty(1, y2.dtype)
+    """kn.softmax_rows (op SOFTMAX, LOG_SOFTMAX: scale to inv unused) or kn.rows (the layer norm forms) over
+    (rows, n) arrays, in blocks of about BLOCK_ELEMENTS over the threads."""
     block = max(1, BLOCK_ELEMENTS // max(y2.shape[1], 1))
-    run_units(kn.rows, (x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block), -(-y2.shape[0] // block),
-              y2.size * 8)
+    units = -(-y2.shape[0] // block)
+    if op in (kn.SOFTMAX, kn.LOG_SOFTMAX):
+        run_units(kn.softmax_rows, (x2, y2, op == kn.LOG_SOFTMAX, block), units, y2.size * 8)
+        return
+    run_units(kn.rows, (x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block), units, y2.size * 8)
 
 
 def softmax(x: np.ndarray, axis: int, mode: int, per_axis: bool) -> np.ndarray:
