@@ -6,9 +6,11 @@ generated kernels and a temporary NUMBA_CACHE_DIR for the hand-written ones, so 
 caches that run filled. Per process it reports the import of onnxjit, the session's creation plus its first run,
 and within that the start-up of Numba's compiler (the refresh of its target context, which imports and registers
 Numba's implementations; with warm caches onnxjit loads kernels without it, see onnxjit/cache/jit.py) and the
-generated kernels' compile or load time.
+generated kernels' compile or load time. Cases: the micro cases of benchmarks/models.py (the default), and the
+light models the onnx package ships as `light_<name>` (light_inception_v1 is the README's demo), as shipped.
 
-usage: python benchmarks/cold_start.py [--rounds N]     (one line per case and cache state; N rounds, default 3)
+usage: python benchmarks/cold_start.py [--rounds N] [--cases light_inception_v1,light_resnet50,ew_chain,...]
+       (one line per case and cache state; N rounds, default 3)
 """
 import argparse
 import json
@@ -42,11 +44,15 @@ def timed_refresh(self):  # the outermost call's wall time (the target context r
 
 base.BaseContext.refresh = timed_refresh
 sys.path.insert(0, sys.argv[1])
-from models import CASES
-model, feeds = CASES[sys.argv[2]](np.random.default_rng(0))
-mb = model.SerializeToString()
+if sys.argv[2].startswith("light_"):
+    from onnxjit.testing.zoo import light_model_case
+    source, feeds, _ = light_model_case(sys.argv[2][len("light_"):])
+else:
+    from models import CASES
+    model, feeds = CASES[sys.argv[2]](np.random.default_rng(0))
+    source = model.SerializeToString()
 t0 = time.perf_counter()
-sess = onnxjit.InferenceSession(mb)
+sess = onnxjit.InferenceSession(source)
 sess.run(None, feeds)
 infos = sess.kernels()
 print(json.dumps({"import_s": import_s, "create_and_first_run_s": time.perf_counter() - t0,
@@ -66,18 +72,23 @@ def run_child(case: str, env: dict) -> dict:
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cases", default=None, help="comma-separated (default: the micro cases)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from models import CASES
 
+    cases = args.cases.split(",") if args.cases else sorted(CASES)
+    unknown = [c for c in cases if c not in CASES and not c.startswith("light_")]
+    if unknown:
+        ap.error(f"unknown cases {unknown}: the micro cases are {sorted(CASES)}, light models light_<name>")
     for rnd in range(args.rounds):
-        for case in sorted(CASES):
+        for case in cases:
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(os.environ, ONNXJIT_CACHE_DIR=os.path.join(cache, "onnxjit"),
                            NUMBA_CACHE_DIR=os.path.join(cache, "numba"))
                 for state in ("empty cache", "warm cache"):
                     r = run_child(case, env)
-                    print(f"round {rnd + 1} {case:10s} {state:11s} import onnxjit {r['import_s']:.2f} s, "
+                    print(f"round {rnd + 1} {case:18s} {state:11s} import onnxjit {r['import_s']:.2f} s, "
                           f"session + first run {r['create_and_first_run_s']:.2f} s (Numba compiler start-up "
                           f"{r['numba_compiler_start_s']:.2f} s, generated kernels {r['kernels']} compiled "
                           f"{r['compiled']}: {r['generated_kernel_s']:.2f} s)", flush=True)

@@ -27,9 +27,11 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sess = onnxjit.InferenceSession(path)
     print(f"onnxjit: session created in {time.perf_counter() - t0:.2f} s, providers {sess.get_providers()}")
+    print("onnxjit: first run (on a new machine this compiles the kernels, for about half a minute; they are cached "
+          "for later processes) ...", flush=True)
     t0 = time.perf_counter()
     got = sess.run(None, feeds)
-    print(f"onnxjit: first run {1e3 * (time.perf_counter() - t0):.1f} ms (includes kernel compilation)")
+    print(f"onnxjit: first run {1e3 * (time.perf_counter() - t0):.1f} ms (includes kernel compilation or loading)")
     ok = all(np.allclose(g, e, rtol=1e-3, atol=1e-7) for g, e in zip(got, expected))
     worst = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
     print(f"output vs the expected output shipped with the model: {'OK' if ok else 'MISMATCH'} "
