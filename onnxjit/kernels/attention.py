@@ -19,7 +19,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import vmath
-from onnxjit.kernels.normalization import _row_max
+from onnxjit.kernels.normalization import row_max
 
 # the stage of the scores the qk output gets (ONNX Attention's qk_matmul_output_mode, as onnxruntime orders them)
 QK_NONE, QK_SCALED, QK_SOFTCAPPED, QK_BIASED, QK_SOFTMAX = -1, 0, 1, 2, 3
@@ -76,7 +76,7 @@ def _softmax_rows(scores, bias, has_bias, causal, causal_offset, scale, softcap,
             row[:] = zero if fully_masked == 0 else scores.dtype.type(1) / total if fully_masked == 1 else \
                 scores.dtype.type(np.nan)
         else:
-            m = _row_max(row[:stop])  # a NaN score makes the row NaN: through m, or through the sum below
+            m = row_max(row[:stop])  # a NaN score makes the row NaN: through m, or through the sum below
             if m == neg_inf:
                 m = zero  # every score -inf where the bias is not: exp gives zeros, as ONNX's reference
             row_sum = _exp_sum(row, m, stop, zero)

@@ -36,7 +36,7 @@ from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
-                                         tile_at_offsets)
+                                         store_rows, tile_at_offsets)
 from onnxjit.kernels.simd import LANES, TILE, vclamp, vfma, vload, vsplat, vstore, vtranspose
 from onnxjit.kernels.views import u64 as _u
 
@@ -710,15 +710,7 @@ def _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, first, b0, lo, hi):
             a5 = vfma(wv, vsplat(buf[p5 + o]), a5)
             a6 = vfma(wv, vsplat(buf[p6 + o]), a6)
             a7 = vfma(wv, vsplat(buf[p7 + o]), a7)
-    vstore(acc, a, vclamp(a0, lo, hi))
-    vstore(acc, a + lanes, vclamp(a1, lo, hi))
-    vstore(acc, a + _u(2) * lanes, vclamp(a2, lo, hi))
-    vstore(acc, a + _u(3) * lanes, vclamp(a3, lo, hi))
-    if MR > 4:
-        vstore(acc, a + _u(4) * lanes, vclamp(a4, lo, hi))
-        vstore(acc, a + _u(5) * lanes, vclamp(a5, lo, hi))
-        vstore(acc, a + _u(6) * lanes, vclamp(a6, lo, hi))
-        vstore(acc, a + _u(7) * lanes, vclamp(a7, lo, hi))
+    store_rows(acc, a, lanes, MR, lo, hi, a0, a1, a2, a3, a4, a5, a6, a7)
 
 
 @njit(cache=True, nogil=True, forceinline=True)

@@ -58,7 +58,7 @@ def _from_key(typingctx, k):
 
 
 @njit(cache=True, inline="always")
-def _row_max(xr):
+def row_max(xr):
     """max of a non-empty contiguous float row, through the ordered integer keys (a positive NaN wins, so a
     NaN row stays NaN; a negative NaN is caught by the caller's exp sum)."""
     k = _key(xr[0])
@@ -142,7 +142,7 @@ def _normalize_inplace(yr, sr, br, mu, iv):
 @njit(cache=True, nogil=True, fastmath={"contract"})
 def _softmax_block(x, y, r0, r1, log, zero, one):
     """y[r] = softmax(x[r]) (log: log_softmax) for the rows [r0, r1) of x, y (rows, n), n >= 1."""
-    m = _row_max(x[r0])
+    m = row_max(x[r0])
     for r in range(r0, r1):
         xr = x[r]
         yr = y[r]
@@ -203,7 +203,7 @@ def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean
     not needed, and the exp pass gives the mean. mean[r], inv_std[r] are those of the softmax row."""
     scale_rows = scale.shape[0] > 1
     bias_rows = bias.shape[0] > 1
-    m = _row_max(x[r0])
+    m = row_max(x[r0])
     for r in range(r0, r1):
         xr = x[r]
         yr = y[r]

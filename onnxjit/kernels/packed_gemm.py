@@ -67,7 +67,7 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi):
             acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
             acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
             acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
-    _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
+    store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
 @njit(cache=True, nogil=True, forceinline=True)
@@ -88,12 +88,13 @@ def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s, lo, hi):
             acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
             acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
             acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
-    _store_rows(cf, c0, _u(LANES), MR, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
+    store_rows(cf, c0, _u(LANES), MR, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
 @njit(cache=True, nogil=True, forceinline=True)
-def _store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
-    """cf[c0 + r * c_rs:][:LANES] = clamp(acc_r, lo, hi) for the rows r < `rows` (at most MR)."""
+def store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
+    """cf[c0 + r * c_rs:][:LANES] = clamp(acc_r, lo, hi) for the rows r < `rows` (at most MR; the accumulators
+    past MR are unused)."""
     vstore(cf, c0, vclamp(acc0, lo, hi))
     if rows > 1:
         vstore(cf, c0 + c_rs, vclamp(acc1, lo, hi))
