@@ -103,13 +103,16 @@ def test_network_kernels_have_no_masked_stores():
                              [numpy_helper.from_array(rng.standard_normal((40, 400, 3)).astype(np.float32), "W")])
     onnxjit.InferenceSession(helper.make_model(deep, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
                              ).run(None, {"x": rng.standard_normal((1, 400, 9), dtype=np.float32)})
-    # a depthwise conv over a plane larger than conv_depthwise_blocked takes runs on conv_direct
-    plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
-                              [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 30, 30])],
-                              [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, 30, 30])],
-                              [numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "W")])
-    onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
-                             ).run(None, {"x": rng.standard_normal((1, 2, 30, 30), dtype=np.float32)})
+    # depthwise convs over a plane larger than conv_depthwise_blocked takes: 2 output rows on conv_direct, more on
+    # conv_depthwise_rows
+    for rows in (2, 30):
+        plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
+                                  [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, rows, 300])],
+                                  [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, rows, 300])],
+                                  [numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "W")])
+        onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)])
+                                 .SerializeToString()).run(None, {"x": rng.standard_normal((1, 2, rows, 300),
+                                                                                          dtype=np.float32)})
     checked = []
     for module in (conv, pool, reduce, loss, linalg):
         for name, d in vars(module).items():
@@ -125,5 +128,5 @@ def test_network_kernels_have_no_masked_stores():
             for sig, asm in fresh.inspect_asm().items():
                 checked.append(name)
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
-    assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked", "pool", "minmax",
-            "activate"} <= set(checked), checked
+    assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked",
+            "conv_depthwise_rows", "pool", "minmax", "activate"} <= set(checked), checked

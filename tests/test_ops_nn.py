@@ -179,11 +179,19 @@ KERNEL_CASES = {
         ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
         ((1, 96, 14, 14), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
     ],
-    # depthwise past DEPTHWISE_BLOCKED_MAX_PIXELS: per-plane loops
-    "conv_direct": [
+    # depthwise past DEPTHWISE_BLOCKED_MAX_PIXELS: 4 output rows at a time from phase planes
+    "conv_depthwise_rows": [
         ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
         ((2, 3, 33, 29), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
         ((1, 2, 40, 31), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
+        ((1, 3, 26, 75), (3, 1, 3, 3), dict(group=3, pads=[0, 1, 2, 1]), True),  # rows of several vectors, uneven
+        ((1, 2, 5, 130), (2, 1, 2, 4), dict(group=2, strides=[1, 3]), False),  # 4 rows exactly
+    ],
+    # grouped convs of few channels, depthwise ones with a channel multiplier or under 4 output rows
+    "conv_direct": [
+        ((1, 4, 30, 30), (4, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),
+        ((2, 3, 33, 29), (6, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
+        ((1, 5, 3, 300), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1]), True),  # a 1-D conv written as 2-D
     ],
 }
 

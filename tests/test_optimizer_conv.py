@@ -141,16 +141,18 @@ def test_conv_winograd_residual_activation(act):
 
 # FusedConvs on each kernel whose epilogue adds Z and activates (Relu in registers only without Z), as
 # _conv_model's arguments: grouped (kernels.conv.conv_padded), more taps than output channels (conv_broadcast),
-# depthwise over a small plane (conv_depthwise_blocked)
+# depthwise over a small plane (conv_depthwise_blocked), over larger planes (conv_depthwise_rows: rows narrower
+# than an AVX-512 vector, and rows of more than one vector with an odd number of rows)
 EPILOGUE_CASES = [(dict(cin=16, cout=24, group=4), act) for act in ("Relu", "Sigmoid")] + \
     [(dict(cin=3, cout=20), act) for act in ("Relu", "HardSwish")] + \
-    [(dict(cin=20, cout=20, group=20), act) for act in ("Relu", "HardSwish")]
+    [(dict(cin=20, cout=20, group=20), act) for act in ("Relu", "HardSwish")] + \
+    [(dict(cin=3, cout=3, group=3, hw=hw), act) for hw in ((30, 29), (27, 70)) for act in ("Clip", "Sigmoid")]
 
 
 @pytest.mark.parametrize("conv,act", EPILOGUE_CASES)
 def test_conv_kernel_residual_activation(conv, act):
     model, feeds = _conv_model([helper.make_node("Add", ["c", "z"], ["s"]), helper.make_node(act, ["s"], ["y"])],
-                               extra_inputs=(tensor("z", F32, [2, conv["cout"], 6, 5]),), **conv)
+                               extra_inputs=(tensor("z", F32, [2, conv["cout"], *conv.get("hw", (6, 5))]),), **conv)
     _check(model, feeds, "FusedConv")
     model, feeds = _conv_model([helper.make_node(act, ["c"], ["y"])], **conv)
     _check(model, feeds, "FusedConv")

@@ -48,9 +48,10 @@ PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns o
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
 PADDED_CONV_MAX_K = 1024
 # float32 depthwise 2-D convs whose padded input window has at most this many pixels run channels-last in
-# registers (kernels.conv.conv_depthwise_blocked); larger planes keep conv_direct's long per-plane loops. Kernel
-# time, blocked / direct, one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75,
-# but 30x30 (28x28) 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
+# registers (kernels.conv.conv_depthwise_blocked); larger planes run 4 output rows at a time from phase planes
+# (conv_depthwise_rows; under 4 output rows, conv_direct's long per-plane loops). Kernel time, blocked / direct,
+# one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75, but 30x30 (28x28)
+# 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
 DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
 # float32 2-D dense convs that are neither pointwise nor Winograd's run with vectors over the output channels and
 # no im2col (kernels.conv.conv_broadcast). Two Emerald Rapids threads, same process, 4 convs reading one input
@@ -363,6 +364,10 @@ def build_conv(node):
             n_mb = -(-m_out // LANES)
             tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
+        elif direct and itemsize == 4 and r == 2 and group == xs[1] == m_out and out[0] >= 4:
+            mode = "depthwise-rows"
+            tile_rows = m_blocks = 1
+            units = n_img * m_out
         elif direct:
             mode = "direct"
             tile_rows = m_blocks = 1
@@ -428,6 +433,9 @@ def build_conv(node):
             return (CallSite(kconv.conv_broadcast), (None, broadcast_weights.of(w), bias, None, k, s, d, p, tile_rows,
                                                      m_blocks, act.kind, consts, None), (0, 3, 12), shape, shape5,
                     units, work, False)
+        if mode == "depthwise-rows":
+            return (CallSite(kconv.conv_depthwise_rows), (None, w5, bias, None, k, s, d, p, act.kind, consts, None),
+                    (0, 3, 10), shape, shape5, units, work, False)
         if mode == "direct":
             return (CallSite(kconv.conv_direct), (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None),
                     (0, 3, 11), shape, shape5, units, work, False)
