@@ -116,7 +116,7 @@ _FORMAT = 1
 # Files (relative to the onnxjit package directory) whose code generated kernels may
 # inline through numba; their bytes are part of the key, since numba's cache of a
 # kernel does not notice a change in a callee.
-_KERNEL_DEPENDENCIES = ("kernels/vmath.py", "fuser/scalar.py", "fuser/llvm_options.py")
+_KERNEL_DEPENDENCIES = ("kernels/vmath.py", "kernels/vector_width.py", "fuser/scalar.py", "fuser/llvm_options.py")
 _KEY_LEN = 16
 _SRC_LEN = 16
 _STEM_PREFIX = "fused_"
