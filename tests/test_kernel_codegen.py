@@ -130,3 +130,24 @@ def test_network_kernels_have_no_masked_stores():
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
     assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked",
             "conv_depthwise_rows", "pool", "minmax", "activate"} <= set(checked), checked
+
+
+def test_onnxjit_functions_prefer_the_cpus_vector_width():
+    """onnxjit's functions carry LLVM's prefer-vector-width=512 where the CPU has AVX-512 (kernels/vector_width.py),
+    and then vectorize the activation loop on zmm registers; a function of another module keeps Numba's default."""
+    from onnxjit.kernels.simd import HAS_AVX512
+
+    def relu_elsewhere(y):  # this test module's: not onnxjit's
+        for j in range(y.size):
+            y[j] = max(y[j], np.float32(0))
+
+    y = np.linspace(-2, 2, 256).astype(np.float32)
+    act = np.array([0.1, 0.5, 0, 1], np.float32)
+    ours = numba.njit(linalg.activate.py_func)
+    ours(y, 0, y.size, linalg.SIGMOID, act)
+    elsewhere = numba.njit(relu_elsewhere)
+    elsewhere(y)
+    attribute = '"prefer-vector-width"="512"'
+    assert (attribute in "".join(ours.inspect_llvm().values())) == HAS_AVX512
+    assert attribute not in "".join(elsewhere.inspect_llvm().values())
+    assert ("zmm" in "".join(ours.inspect_asm().values())) == HAS_AVX512

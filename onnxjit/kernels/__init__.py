@@ -9,6 +9,9 @@ apply to the helper's code: the scalar helpers of generated kernels (error_model
 and normalization helpers that run inside `fastmath` loops.
 """
 from onnxjit.cache import kernel_locator
+from onnxjit.kernels import vector_width
 
 # before any kernel module defines a cached function: their cache entries must also depend on their callees
 kernel_locator.install()
+# before any onnxjit function compiles: the loops LLVM vectorizes use the CPU's widest vectors
+vector_width.install()
