@@ -42,7 +42,9 @@ CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has 
 # the stems 0.86-0.88x, but a 256->256 3x3 conv over 14x14 (depth 2,304) 0.99-1.39x.
 PACKED_IM2COL_MAX_K = 1024
 CONV_PACKED_MIN_PIXELS = 512  # fewest pixels of a conv_packed tile cut for the threads (see _packed_tiles)
-CONV_MIN_PACKED_ROWS = 16  # fewest output channels of a conv_packed unit's block (whole panels of packed_gemm.MR)
+# fewest output channels of a conv_packed unit's block when the threads' shares are cut along the channels (each
+# share packs all of the tile's input columns for them): with fewer, the shares cut along the pixels instead
+CONV_MIN_PACKED_ROWS = 32
 PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns of b (kernels.packed_gemm)
 # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
@@ -543,8 +545,12 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     row: a 96->576-channel 1x1 conv over 14x14 pixels took 240-290 us on two threads against 165 us for either
     half alone (AMD Zen 3); cut along the channels they share none, but each unit packs the tile's columns of
     the input again (a 256->64-channel one over 56x56 pixels ran 1.4x slower cut four ways along 64 channels
-    than along the pixels). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel
-    stem conv over 224x224 pixels was cut into three tiles, two on one thread)."""
+    than along the pixels). So a cut along the channels leaves each share CONV_MIN_PACKED_ROWS channels at least,
+    balanced, or the cut goes along the pixels: two Emerald Rapids threads, 1x1 convs reading a depthwise conv's
+    output (in the two cores' caches), same process, alternating: 192->32 channels over 28x28 205 -> 139 us
+    (16-channel shares before), 240->40 350 -> 240 us (24 + 16), 64 and 96 channels unchanged (two shares of
+    32 and 48). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv
+    over 224x224 pixels was cut into three tiles, two on one thread)."""
     mr = packed_gemm.MR
     per_row = (mg + (0 if pointwise else kk)) * ow * 4
     tile_rows = max(1, min(nrows, CONV_TILE_BYTES // per_row))
@@ -561,8 +567,10 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     panels = -(-mg // mr)
     m_block = panels
     if parallel and units < nth:  # one block per thread: every block packs the tile's columns again
-        m_block = max(min(panels, -(-CONV_MIN_PACKED_ROWS // mr)), -(-panels // -(-nth // units)))
-        units *= -(-panels // m_block)
+        per_thread = -(-panels // -(-nth // units))
+        if per_thread * mr >= CONV_MIN_PACKED_ROWS:
+            m_block = per_thread
+            units *= -(-panels // m_block)
     if parallel and units < nth and tile_rows > 1:  # too few channels: pixels too
         tile_rows = -(-tile_rows // -(-nth // units))
     return tile_rows, m_block * mr
