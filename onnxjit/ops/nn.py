@@ -45,6 +45,10 @@ CONV_PACKED_MIN_PIXELS = 512  # fewest pixels of a conv_packed tile cut for the 
 # fewest output channels of a conv_packed unit's block when the threads' shares are cut along the channels (each
 # share packs all of the tile's input columns for them): with fewer, the shares cut along the pixels instead
 CONV_MIN_PACKED_ROWS = 32
+# and more output channels than this times the depth (input channels x taps) a share packs: a share reads its columns
+# of the input (often in the other core's cache, just written by a depthwise conv), which a cut along the
+# channels makes each share read whole
+CONV_CHANNEL_CUT_MIN_RATIO = 1.0
 PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns of b (kernels.packed_gemm)
 # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
@@ -546,10 +550,12 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     half alone (AMD Zen 3); cut along the channels they share none, but each unit packs the tile's columns of
     the input again (a 256->64-channel one over 56x56 pixels ran 1.4x slower cut four ways along 64 channels
     than along the pixels). So a cut along the channels leaves each share CONV_MIN_PACKED_ROWS channels at least,
-    balanced, or the cut goes along the pixels: two Emerald Rapids threads, 1x1 convs reading a depthwise conv's
-    output (in the two cores' caches), same process, alternating: 192->32 channels over 28x28 205 -> 139 us
-    (16-channel shares before), 240->40 350 -> 240 us (24 + 16), 64 and 96 channels unchanged (two shares of
-    32 and 48). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv
+    balanced, and more channels than the depth it packs (CONV_CHANNEL_CUT_MIN_RATIO), or the cut goes along the
+    pixels. Two Emerald Rapids threads, 1x1 convs reading a depthwise conv's output (in the two cores' caches),
+    same process, alternating: 192->32 channels over 28x28 205 -> 139 us (16-channel shares before), 240->40
+    350 -> 240 us (24 + 16); the projections of inverted residual blocks, 576->96 and 672->112 over 14x14
+    pixels, 0.87x along the pixels, 1152->192 over 7x7 0.93x; the expansions stay cut along the channels (96->576
+    over 14x14 1.12x, 112->672 1.11x along the pixels). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv
     over 224x224 pixels was cut into three tiles, two on one thread)."""
     mr = packed_gemm.MR
     per_row = (mg + (0 if pointwise else kk)) * ow * 4
@@ -568,7 +574,9 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     m_block = panels
     if parallel and units < nth:  # one block per thread: every block packs the tile's columns again
         per_thread = -(-panels // -(-nth // units))
-        if per_thread * mr >= CONV_MIN_PACKED_ROWS:
+        by_pixels = tile_rows > 1 and (per_thread * mr < CONV_MIN_PACKED_ROWS
+                                       or mg <= CONV_CHANNEL_CUT_MIN_RATIO * kk)
+        if not by_pixels:
             m_block = per_thread
             units *= -(-panels // m_block)
     if parallel and units < nth and tile_rows > 1:  # too few channels: pixels too
