@@ -554,9 +554,10 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
     pixels. Two Emerald Rapids threads, 1x1 convs reading a depthwise conv's output (in the two cores' caches),
     same process, alternating: 192->32 channels over 28x28 205 -> 139 us (16-channel shares before), 240->40
     350 -> 240 us (24 + 16); the projections of inverted residual blocks, 576->96 and 672->112 over 14x14
-    pixels, 0.87x along the pixels, 1152->192 over 7x7 0.93x; the expansions stay cut along the channels (96->576
-    over 14x14 1.12x, 112->672 1.11x along the pixels). Tiles the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv
-    over 224x224 pixels was cut into three tiles, two on one thread)."""
+    pixels, 0.87x along the pixels, 1152->192 over 7x7 0.93x, resnet's 512->128 over 28x28 0.60x; the
+    expansions stay cut along the channels (96->576 over 14x14 1.12x, 112->672 1.11x along the pixels). Tiles
+    the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv over 224x224 pixels
+    was cut into three tiles, two on one thread)."""
     mr = packed_gemm.MR
     per_row = (mg + (0 if pointwise else kk)) * ow * 4
     tile_rows = max(1, min(nrows, CONV_TILE_BYTES // per_row))
