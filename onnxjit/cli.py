@@ -65,6 +65,110 @@ def cmd_optimize(args) -> int:
     return 0
 
 
+def _dims(items: list[str]) -> dict[str, int]:
+    """--dim name=value pairs as a dict, or SystemExit naming the bad one."""
+    dims = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not value.strip().lstrip("-").isdigit() or int(value) < 0:
+            raise SystemExit(f"onnxjit: --dim {item!r} is not NAME=SIZE with a size >= 0")
+        dims[name] = int(value)
+    return dims
+
+
+def random_feeds(sess, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
+    """Random tensors for each of the session's inputs: symbolic dims from `dims` (else 1), unknown dims 1;
+    floats standard normal, integers in [0, 4), booleans and strings random. Other input kinds (sequences, maps)
+    raise SystemExit naming the input."""
+    from onnxjit.ir.types import TensorType
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for value in sess._inputs:
+        t = value.type
+        if not isinstance(t, TensorType) or t.shape is None:
+            raise SystemExit(f"onnxjit: input {value.name!r} is {t}: random inputs are made for tensors of known "
+                             f"rank only")
+        shape = [d if isinstance(d, int) else dims.get(d, 1) if isinstance(d, str) else 1 for d in t.shape]
+        dtype = t.dtype
+        if dtype.kind == "f":
+            arr = rng.standard_normal(shape).astype(dtype)
+        elif dtype.kind in "iu":
+            arr = rng.integers(0, 4, shape).astype(dtype)
+        elif dtype.kind == "b":
+            arr = rng.random(shape) < 0.5
+        elif dtype.kind == "O":
+            arr = rng.choice(np.array(["a", "b", "c"], dtype=object), shape)
+        else:
+            arr = rng.standard_normal(shape).astype(dtype)
+        feeds[value.name] = arr
+    return feeds
+
+
+def _cpu_refusal(node) -> str:
+    """Why the CPU provider does not run `node` (it went to a provider after it)."""
+    from onnxjit.ops.registry import builder_for
+    if builder_for(node) is None:
+        return f"no CPU kernel for {node.domain or 'ai.onnx'}::{node.op_type} at opset {node.opset}"
+    return "the CPU kernel does not take this node's input types or attributes"
+
+
+def cmd_inspect(args) -> int:
+    import onnx
+
+    import onnxjit
+    model = onnx.load(args.model, load_external_data=False)
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = LEVEL_NAMES[args.level]
+    t0 = time.perf_counter()
+    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    created = time.perf_counter() - t0
+    opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
+    print(f"model: {args.model} (IR version {model.ir_version}; opsets {opsets}; producer "
+          f"{model.producer_name or '-'} {model.producer_version})")
+    for kind, args_ in (("input", sess.get_inputs()), ("output", sess.get_outputs())):
+        for a in args_:
+            print(f"  {kind} {a.name}: {a.type} {a.shape}")
+    report = sess.optimization_report
+    if report is not None:
+        print(f"\nnodes per op type, before and after optimization at level {args.level} "
+              f"(session created in {created:.2f} s):")
+        from onnxjit.optimizer import format_counts
+        print(format_counts(report))
+    if not args.no_run:
+        feeds = random_feeds(sess, _dims(args.dim))
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
+        print(f"\nran once on random inputs ({shapes}) in {time.perf_counter() - t0:.2f} s (kernels compiled or "
+              f"loaded)")
+    print("\nsteps per provider (a fused step runs several nodes as one kernel):")
+    steps = sess._compiled.steps
+    for provider in sess.get_providers():
+        mine = [st for st in steps if st.provider == provider]
+        print(f"  {provider}: {len(mine)} steps, {sum(len(st.nodes) for st in mine)} nodes")
+    cpu_first = sess.get_providers() and sess.get_providers()[0] == "CPUExecutionProvider"
+    for st in steps:
+        if st.provider == "FallbackExecutionProvider":
+            for node in st.nodes:
+                why = f": {_cpu_refusal(node)}" if cpu_first else ""
+                print(f"  fallback: {node.label}{why}")
+    kernels = sess.kernels()
+    print(f"\ngenerated kernels: {len(kernels)}" + ("" if kernels or not args.no_run else
+                                                     " (run the model to generate them: leave out --no-run)"))
+    for info in kernels:
+        print(f"  {info.name} ({info.provider}): {len(info.nodes)} nodes [{', '.join(info.nodes)}]; "
+              f"specializations {', '.join(info.sources) or '-'}")
+    if args.source:
+        sources = {name: src for info in kernels for name, src in info.sources.items()}
+        sources.update({info.name: next(iter(info.sources.values())) for info in kernels if info.sources})
+        if args.source not in sources:
+            print(f"onnxjit: no generated kernel named {args.source!r}; kernels with a source so far: "
+                  f"{', '.join(sorted(sources)) or 'none'}", file=sys.stderr)
+            return 1
+        print(f"\nsource of {args.source}:\n{sources[args.source]}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -82,6 +186,20 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("--providers", default="CPUExecutionProvider",
                      help="comma-separated providers the model will run on (fusions depend on them)")
     opt.set_defaults(func=cmd_optimize)
+    ins = sub.add_parser("inspect", help="a model's inputs and outputs, node counts before and after optimization, "
+                                         "which provider runs which nodes (and why a node went to the fallback), "
+                                         "the fused kernels and their generated source")
+    ins.add_argument("model", help="the model (.onnx)")
+    ins.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
+    ins.add_argument("--providers", default="CPUExecutionProvider",
+                     help="comma-separated providers in priority order (the fallback comes last on its own)")
+    ins.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                     help="size of a symbolic input dim for the run on random inputs (default 1)")
+    ins.add_argument("--no-run", action="store_true",
+                     help="do not run the model (kernels are generated when a run first meets input shapes)")
+    ins.add_argument("--source", metavar="KERNEL", help="print the generated source of this kernel (a name the "
+                                                         "listing shows)")
+    ins.set_defaults(func=cmd_inspect)
     args = ap.parse_args(argv)
     return args.func(args)
 

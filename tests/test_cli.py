@@ -1,4 +1,7 @@
-"""The `onnxjit` command: the README's demo runs, checks its output and exits 0."""
+"""The `onnxjit` command: the README's demo runs, checks its output and exits 0; optimize writes a valid model;
+inspect reports a model's counts, partition, fallback reasons and generated kernels."""
+import pytest
+
 from onnxjit.cli import main
 
 
@@ -37,3 +40,59 @@ def test_optimize_writes_a_valid_model_and_prints_node_counts(tmp_path, capsys):
     got = onnxjit.InferenceSession(str(dst), so).run(None, {"x": x})[0]
     want = onnxruntime.InferenceSession(str(src)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _inspect_model(path):
+    """MatMul + Add + Relu (one FusedGemm), Mul + Sigmoid (a generated kernel) over a symbolic batch, and a
+    StringNormalizer, which only the fallback provider runs."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 4)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
+             helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "r"], ["q"]),
+             helper.make_node("Sigmoid", ["q"], ["y"]),
+             helper.make_node("StringNormalizer", ["s"], ["t"], case_change_action="UPPER")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8]),
+                                           helper.make_tensor_value_info("s", TensorProto.STRING, [3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
+                               helper.make_tensor_value_info("t", TensorProto.STRING, [3])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
+
+
+def test_inspect_lists_counts_partition_fallback_reason_and_kernels(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    _inspect_model(path)
+    assert main(["inspect", str(path), "--dim", "batch=5"]) == 0
+    out = capsys.readouterr().out
+    assert "input x: tensor(float) ['batch', 8]" in out
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line[:1].isalpha() and
+            len(line.split()) == 3 and line.split()[1].isdigit()}
+    assert rows["MatMul"] == ["1", "0"] and rows["com.onnxjit::FusedGemm"] == ["0", "1"] and rows["total"] == ["6", "4"]
+    assert "x [5, 8]" in out  # the random input took the --dim size
+    assert "CPUExecutionProvider: 2 steps, 3 nodes" in out
+    assert "FallbackExecutionProvider: 1 steps, 1 nodes" in out
+    assert "no CPU kernel for ai.onnx::StringNormalizer at opset 17" in out
+    assert "generated kernels: 1" in out and "[Mul, Sigmoid]" in out
+
+
+def test_inspect_prints_a_kernels_source_and_names_the_known_ones(tmp_path, capsys):
+    path = tmp_path / "m.onnx"
+    _inspect_model(path)
+    assert main(["inspect", str(path), "--source", "group0"]) == 0
+    out = capsys.readouterr().out
+    source = out.split("source of group0:", 1)[1]
+    assert "def kernel(" in source and "# Mul" in source and "vmath.sigmoid" in source
+    assert main(["inspect", str(path), "--source", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert "no generated kernel named 'nope'" in err and "group0" in err
+
+
+def test_inspect_rejects_a_bad_dim(tmp_path):
+    path = tmp_path / "m.onnx"
+    _inspect_model(path)
+    with pytest.raises(SystemExit, match="batch=x"):
+        main(["inspect", str(path), "--dim", "batch=x"])
