@@ -76,14 +76,16 @@ def _dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def random_feeds(sess, dims: dict[str, int], seed: int = 0) -> dict[str, np.ndarray]:
-    """Random tensors for each of the session's inputs: symbolic dims from `dims` (else 1), unknown dims 1;
-    floats standard normal, integers in [0, 4), booleans and strings random. Other input kinds (sequences, maps)
-    raise SystemExit naming the input."""
+def random_feeds(sess, dims: dict[str, int], seed: int = 0, skip=()) -> dict[str, np.ndarray]:
+    """Random tensors for each of the session's inputs but those in `skip`: symbolic dims from `dims` (else 1),
+    unknown dims 1; floats standard normal, integers in [0, 4), booleans and strings random. Other input kinds
+    (sequences, maps) raise SystemExit naming the input."""
     from onnxjit.ir.types import TensorType
     rng = np.random.default_rng(seed)
     feeds = {}
     for value in sess._inputs:
+        if value.name in skip:
+            continue
         t = value.type
         if not isinstance(t, TensorType) or t.shape is None:
             raise SystemExit(f"onnxjit: input {value.name!r} is {t}: random inputs are made for tensors of known "
@@ -169,6 +171,61 @@ def cmd_inspect(args) -> int:
     return 0
 
 
+def _given_inputs(items: list[str]) -> dict[str, np.ndarray]:
+    """--input name=file.npy pairs, loaded; SystemExit naming a bad item or an unreadable file."""
+    feeds = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise SystemExit(f"onnxjit: --input {item!r} is not NAME=FILE.npy")
+        try:
+            feeds[name] = np.load(path, allow_pickle=False)
+        except (OSError, ValueError) as e:
+            raise SystemExit(f"onnxjit: --input {name}: cannot read {path!r} as a .npy file: {e}") from e
+    return feeds
+
+
+def _summary(value) -> str:
+    """An output's dtype, shape and a few statistics (numbers) or first values (others)."""
+    if isinstance(value, list):
+        return f"sequence of {len(value)}" + (f" {type(value[0]).__name__}" if value else "")
+    a = np.asarray(value)
+    head = f"{a.dtype} {list(a.shape)}"
+    if a.size and a.dtype.kind in "fiub":
+        f = a.astype(np.float64)
+        return (f"{head}  min {np.nanmin(f):.6g}  max {np.nanmax(f):.6g}  mean {np.nanmean(f):.6g}"
+                + (f"  ({int(np.isnan(f).sum())} NaN)" if np.isnan(f).any() else ""))
+    return f"{head}  first {a.reshape(-1)[:3].tolist()}"
+
+
+def cmd_run(args) -> int:
+    import onnxjit
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = LEVEL_NAMES[args.level]
+    if args.threads:
+        so.intra_op_num_threads = args.threads
+    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    given = _given_inputs(args.input)
+    known = {a.name for a in sess.get_inputs()}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of the model; its inputs: {sorted(known)}")
+    feeds = {**random_feeds(sess, _dims(args.dim), args.seed, skip=given), **given}
+    for name, value in feeds.items():
+        print(f"input {name}: {'given' if name in given else 'random'} {value.dtype} {list(value.shape)}")
+    t0 = time.perf_counter()
+    outputs = sess.run(None, feeds)
+    print(f"ran in {time.perf_counter() - t0:.3f} s (the first run compiles or loads the kernels)")
+    names = [o.name for o in sess.get_outputs()]
+    for name, value in zip(names, outputs):
+        print(f"output {name}: {_summary(value)}")
+    if args.output:
+        arrays = {n: np.asarray(v) for n, v in zip(names, outputs) if not isinstance(v, list)}
+        np.savez(args.output, **arrays)
+        print(f"wrote {len(arrays)} outputs to {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -186,6 +243,19 @@ def main(argv: list[str] | None = None) -> int:
     opt.add_argument("--providers", default="CPUExecutionProvider",
                      help="comma-separated providers the model will run on (fusions depend on them)")
     opt.set_defaults(func=cmd_optimize)
+    run = sub.add_parser("run", help="run a model once on given or random inputs and summarize its outputs")
+    run.add_argument("model", help="the model (.onnx)")
+    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                     help="an input's value from a .npy file (inputs not given are random)")
+    run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                     help="size of a symbolic dim of the random inputs (default 1)")
+    run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    run.add_argument("--output", metavar="FILE.npz", help="write the tensor outputs to this .npz file")
+    run.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
+    run.add_argument("--providers", default="CPUExecutionProvider",
+                     help="comma-separated providers in priority order (the fallback comes last on its own)")
+    run.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
+    run.set_defaults(func=cmd_run)
     ins = sub.add_parser("inspect", help="a model's inputs and outputs, node counts before and after optimization, "
                                          "which provider runs which nodes (and why a node went to the fallback), "
                                          "the fused kernels and their generated source")

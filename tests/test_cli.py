@@ -42,9 +42,10 @@ def test_optimize_writes_a_valid_model_and_prints_node_counts(tmp_path, capsys):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def _inspect_model(path):
-    """MatMul + Add + Relu (one FusedGemm), Mul + Sigmoid (a generated kernel) over a symbolic batch, and a
-    StringNormalizer, which only the fallback provider runs."""
+def _inspect_model(path, strings=True):
+    """MatMul + Add + Relu (one FusedGemm), Mul + Sigmoid (a generated kernel) over a symbolic batch, and (with
+    `strings`) a StringNormalizer, which only the fallback provider runs (onnxruntime cannot create it without the
+    en_US.UTF-8 locale)."""
     import numpy as np
     import onnx
     from onnx import TensorProto, helper, numpy_helper
@@ -54,12 +55,14 @@ def _inspect_model(path):
     b = numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")
     nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["a"]),
              helper.make_node("Relu", ["a"], ["r"]), helper.make_node("Mul", ["r", "r"], ["q"]),
-             helper.make_node("Sigmoid", ["q"], ["y"]),
-             helper.make_node("StringNormalizer", ["s"], ["t"], case_change_action="UPPER")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8]),
-                                           helper.make_tensor_value_info("s", TensorProto.STRING, [3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4]),
-                               helper.make_tensor_value_info("t", TensorProto.STRING, [3])], [w, b])
+             helper.make_node("Sigmoid", ["q"], ["y"])]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 8])]
+    outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])]
+    if strings:
+        nodes.append(helper.make_node("StringNormalizer", ["s"], ["t"], case_change_action="UPPER"))
+        inputs.append(helper.make_tensor_value_info("s", TensorProto.STRING, [3]))
+        outputs.append(helper.make_tensor_value_info("t", TensorProto.STRING, [3]))
+    graph = helper.make_graph(nodes, "g", inputs, outputs, [w, b])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=9), path)
 
 
@@ -96,3 +99,35 @@ def test_inspect_rejects_a_bad_dim(tmp_path):
     _inspect_model(path)
     with pytest.raises(SystemExit, match="batch=x"):
         main(["inspect", str(path), "--dim", "batch=x"])
+
+
+def test_run_takes_given_and_random_inputs_and_writes_outputs(tmp_path, capsys):
+    import numpy as np
+    import onnxruntime
+
+    path = tmp_path / "m.onnx"
+    _inspect_model(path)
+    x = np.random.default_rng(1).standard_normal((2, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    out_file = tmp_path / "out.npz"
+    assert main(["run", str(path), "--input", f"x={tmp_path / 'x.npy'}", "--output", str(out_file)]) == 0
+    out = capsys.readouterr().out
+    assert "input x: given float32 [2, 8]" in out and "input s: random object [3]" in out
+    assert "output y: float32 [2, 4]  min" in out and "output t: " in out
+    saved = np.load(out_file, allow_pickle=True)
+    _inspect_model(tmp_path / "numbers.onnx", strings=False)  # the same weights, without the string node
+    want = onnxruntime.InferenceSession(str(tmp_path / "numbers.onnx"), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})[0]
+    np.testing.assert_allclose(saved["y"], want, rtol=1e-5, atol=1e-6)
+
+
+def test_run_names_a_bad_input(tmp_path):
+    import numpy as np
+
+    path = tmp_path / "m.onnx"
+    _inspect_model(path)
+    np.save(tmp_path / "z.npy", np.zeros(3, np.float32))
+    with pytest.raises(SystemExit, match=r"\['z'\] are not inputs of the model"):
+        main(["run", str(path), "--input", f"z={tmp_path / 'z.npy'}"])
+    with pytest.raises(SystemExit, match="cannot read"):
+        main(["run", str(path), "--input", f"x={tmp_path / 'missing.npy'}"])
