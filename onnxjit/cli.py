@@ -226,6 +226,58 @@ def cmd_run(args) -> int:
     return 0
 
 
+def cmd_profile(args) -> int:
+    import collections
+    import json
+    import os
+
+    import onnxjit
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = LEVEL_NAMES[args.level]
+    if args.threads:
+        so.intra_op_num_threads = args.threads
+    warm = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    given = _given_inputs(args.input)
+    feeds = {**random_feeds(warm, _dims(args.dim), 0, skip=given), **given}
+    warm.run(None, feeds)  # compiles or loads the kernels, unprofiled
+    so.enable_profiling = True
+    so.profile_file_prefix = os.path.splitext(args.trace)[0] + "_" if args.trace else "onnxjit_profile_"
+    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    sess.run(None, feeds)  # its plans and prepared kernels: not timed
+    t0 = time.perf_counter()
+    for _ in range(args.runs):
+        sess.run(None, feeds)
+    per_run = (time.perf_counter() - t0) / args.runs
+    path = sess.end_profiling()
+    if args.trace:
+        os.replace(path, args.trace)
+        path = args.trace
+    with open(path) as f:
+        events = json.load(f)
+    steps = len(events) // (args.runs + 1)
+    timed = events[steps:]  # the runs after the untimed one
+    by_op, by_node = collections.Counter(), collections.Counter()
+    counts = collections.Counter()
+    for e in timed:
+        nodes = e["args"].get("nodes", [])
+        # a fused step runs several nodes as one kernel: named after their op types
+        op = e["args"]["op_name"] if len(nodes) <= 1 else f"fused[{'+'.join(n.split(':')[0] for n in nodes)}]"
+        by_op[op] += e["dur"] / args.runs
+        counts[op] += 1
+        by_node[(e["name"], op)] += e["dur"] / args.runs
+    total = sum(by_op.values()) or 1.0
+    print(f"{args.model}: {per_run * 1e3:.3f} ms a run (mean of {args.runs}); {steps} steps, "
+          f"{total / 1e3:.3f} ms of it in them")
+    print(f"\n{'op type':32s} {'steps':>6s} {'us a run':>10s} {'share':>7s}")
+    for op, us in by_op.most_common():
+        print(f"{op:32s} {counts[op] // args.runs:6d} {us:10.1f} {100 * us / total:6.1f}%")
+    print(f"\n{'step':48s} {'op type':24s} {'us a run':>10s} {'share':>7s}")
+    for (name, op), us in by_node.most_common(args.top):
+        print(f"{name[:48]:48s} {op[:24]:24s} {us:10.1f} {100 * us / total:6.1f}%")
+    print(f"\nChrome trace (chrome://tracing, https://ui.perfetto.dev): {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -256,6 +308,21 @@ def main(argv: list[str] | None = None) -> int:
                      help="comma-separated providers in priority order (the fallback comes last on its own)")
     run.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
     run.set_defaults(func=cmd_run)
+    prof = sub.add_parser("profile", help="time each step of a model over several runs: a table per op type and "
+                                          "per step, and the Chrome trace")
+    prof.add_argument("model", help="the model (.onnx)")
+    prof.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                      help="an input's value from a .npy file (inputs not given are random)")
+    prof.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                      help="size of a symbolic dim of the random inputs (default 1)")
+    prof.add_argument("--runs", type=int, default=10, help="profiled runs (after an untimed one)")
+    prof.add_argument("--top", type=int, default=20, help="steps listed, slowest first")
+    prof.add_argument("--trace", metavar="FILE.json", help="where to write the Chrome trace")
+    prof.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
+    prof.add_argument("--providers", default="CPUExecutionProvider",
+                      help="comma-separated providers in priority order (the fallback comes last on its own)")
+    prof.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
+    prof.set_defaults(func=cmd_profile)
     ins = sub.add_parser("inspect", help="a model's inputs and outputs, node counts before and after optimization, "
                                          "which provider runs which nodes (and why a node went to the fallback), "
                                          "the fused kernels and their generated source")

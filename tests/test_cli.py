@@ -131,3 +131,19 @@ def test_run_names_a_bad_input(tmp_path):
         main(["run", str(path), "--input", f"z={tmp_path / 'z.npy'}"])
     with pytest.raises(SystemExit, match="cannot read"):
         main(["run", str(path), "--input", f"x={tmp_path / 'missing.npy'}"])
+
+
+def test_profile_tables_per_op_type_and_step_and_writes_the_trace(tmp_path, capsys):
+    import json
+
+    path = tmp_path / "m.onnx"
+    _inspect_model(path, strings=False)
+    trace = tmp_path / "trace.json"
+    assert main(["profile", str(path), "--dim", "batch=16", "--runs", "3", "--trace", str(trace)]) == 0
+    out = capsys.readouterr().out
+    ops = {line.split()[0]: line.split()[1:] for line in out.split("op type", 1)[1].split("\n\n")[0].splitlines()[1:]}
+    assert set(ops) == {"FusedGemm", "fused[Mul+Sigmoid]"}
+    assert all(row[0] == "1" for row in ops.values())  # one step each per run
+    assert abs(sum(float(row[2].rstrip("%")) for row in ops.values()) - 100) < 0.5
+    events = json.loads(trace.read_text())
+    assert len(events) == (3 + 1) * 2 and all(e["ph"] == "X" for e in events)  # an untimed run, then 3
