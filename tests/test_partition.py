@@ -105,6 +105,23 @@ def test_fallback_off_names_the_op_no_provider_runs():
         onnxjit.InferenceSession(model.SerializeToString(), so)
 
 
+def test_fallback_string_outputs_are_object_arrays():
+    """A string op on the fallback provider (onnx.reference's StringNormalizer gives numpy unicode) hands out an
+    object array, as onnxruntime does for string tensors (its own StringNormalizer needs the en_US.UTF-8 locale:
+    the values are checked against onnx.reference's)."""
+    node = helper.make_node("StringNormalizer", ["s"], ["t"], case_change_action="UPPER")
+    model = helper.make_model(helper.make_graph([node], "g", [helper.make_tensor_value_info("s", TensorProto.STRING,
+                                                                                            [3])],
+                                                [helper.make_tensor_value_info("t", TensorProto.STRING, [3])]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    assert [s.provider for s in sess._compiled.steps] == ["FallbackExecutionProvider"]
+    feeds = {"s": np.array(["ab", "c", "dE"], dtype=object)}
+    (got,) = sess.run(None, feeds)
+    (want,) = onnx.reference.ReferenceEvaluator(model).run(None, feeds)
+    assert got.dtype == object and got.tolist() == want.tolist()
+
+
 def test_values_are_dropped_after_their_last_use():
     graph = from_onnx(_model()).graph
     providers = [FallbackExecutionProvider()]

@@ -103,8 +103,13 @@ def _graph_level(node: Node) -> bool:
 
 
 def _as_output(v: Any) -> Any:
-    # the reference returns numpy scalars for 0-d results; callers get arrays, as from onnxruntime
-    return np.asarray(v) if isinstance(v, np.generic) else v
+    # the reference returns numpy scalars for 0-d results, and some string ops (StringNormalizer) numpy unicode
+    # arrays; callers get arrays, strings as object arrays, as from onnxruntime and onnxjit's other providers
+    if isinstance(v, np.generic):
+        v = np.asarray(v)
+    if isinstance(v, np.ndarray) and v.dtype.kind in "US":
+        v = v.astype(object)
+    return v
 
 
 @register_provider
