@@ -199,18 +199,8 @@ def _summary(value) -> str:
 
 
 def cmd_run(args) -> int:
-    import onnxjit
-    so = onnxjit.SessionOptions()
-    so.graph_optimization_level = LEVEL_NAMES[args.level]
-    if args.threads:
-        so.intra_op_num_threads = args.threads
-    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
-    given = _given_inputs(args.input)
-    known = {a.name for a in sess.get_inputs()}
-    unknown = sorted(set(given) - known)
-    if unknown:
-        raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of the model; its inputs: {sorted(known)}")
-    feeds = {**random_feeds(sess, _dims(args.dim), args.seed, skip=given), **given}
+    sess = _session(args)
+    feeds, given = _feeds(args, sess, args.seed)
     for name, value in feeds.items():
         print(f"input {name}: {'given' if name in given else 'random'} {value.dtype} {list(value.shape)}")
     t0 = time.perf_counter()
@@ -231,18 +221,11 @@ def cmd_profile(args) -> int:
     import json
     import os
 
-    import onnxjit
-    so = onnxjit.SessionOptions()
-    so.graph_optimization_level = LEVEL_NAMES[args.level]
-    if args.threads:
-        so.intra_op_num_threads = args.threads
-    warm = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
-    given = _given_inputs(args.input)
-    feeds = {**random_feeds(warm, _dims(args.dim), 0, skip=given), **given}
+    warm = _session(args)
+    feeds, _ = _feeds(args, warm)
     warm.run(None, feeds)  # compiles or loads the kernels, unprofiled
-    so.enable_profiling = True
-    so.profile_file_prefix = os.path.splitext(args.trace)[0] + "_" if args.trace else "onnxjit_profile_"
-    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    prefix = os.path.splitext(args.trace)[0] + "_" if args.trace else "onnxjit_profile_"
+    sess = _session(args, enable_profiling=True, profile_file_prefix=prefix)
     sess.run(None, feeds)  # its plans and prepared kernels: not timed
     t0 = time.perf_counter()
     for _ in range(args.runs):
@@ -278,6 +261,41 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def _model_arguments(parser) -> None:
+    """The arguments of the commands that run a model: the model, its inputs, level, providers, threads."""
+    parser.add_argument("model", help="the model (.onnx)")
+    parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                        help="an input's value from a .npy file (inputs not given are random)")
+    parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                        help="size of a symbolic dim of the random inputs (default 1)")
+    parser.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
+    parser.add_argument("--providers", default="CPUExecutionProvider",
+                        help="comma-separated providers in priority order (the fallback comes last on its own)")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
+
+
+def _session(args, **options):
+    """The session `_model_arguments` describe, with these SessionOptions attributes set too."""
+    import onnxjit
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = LEVEL_NAMES[args.level]
+    if args.threads:
+        so.intra_op_num_threads = args.threads
+    for name, value in options.items():
+        setattr(so, name, value)
+    return onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+
+
+def _feeds(args, sess, seed: int = 0) -> tuple[dict[str, np.ndarray], set[str]]:
+    """(the feeds: --input files, random tensors for the other inputs; the names given)."""
+    given = _given_inputs(args.input)
+    known = {a.name for a in sess.get_inputs()}
+    unknown = sorted(set(given) - known)
+    if unknown:
+        raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of the model; its inputs: {sorted(known)}")
+    return {**random_feeds(sess, _dims(args.dim), seed, skip=given), **given}, set(given)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="onnxjit", description=__doc__)
     sub = ap.add_subparsers(dest="command", required=True)
@@ -296,32 +314,16 @@ def main(argv: list[str] | None = None) -> int:
                      help="comma-separated providers the model will run on (fusions depend on them)")
     opt.set_defaults(func=cmd_optimize)
     run = sub.add_parser("run", help="run a model once on given or random inputs and summarize its outputs")
-    run.add_argument("model", help="the model (.onnx)")
-    run.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                     help="an input's value from a .npy file (inputs not given are random)")
-    run.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                     help="size of a symbolic dim of the random inputs (default 1)")
+    _model_arguments(run)
     run.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     run.add_argument("--output", metavar="FILE.npz", help="write the tensor outputs to this .npz file")
-    run.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
-    run.add_argument("--providers", default="CPUExecutionProvider",
-                     help="comma-separated providers in priority order (the fallback comes last on its own)")
-    run.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
     run.set_defaults(func=cmd_run)
     prof = sub.add_parser("profile", help="time each step of a model over several runs: a table per op type and "
                                           "per step, and the Chrome trace")
-    prof.add_argument("model", help="the model (.onnx)")
-    prof.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
-                      help="an input's value from a .npy file (inputs not given are random)")
-    prof.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                      help="size of a symbolic dim of the random inputs (default 1)")
+    _model_arguments(prof)
     prof.add_argument("--runs", type=int, default=10, help="profiled runs (after an untimed one)")
     prof.add_argument("--top", type=int, default=20, help="steps listed, slowest first")
     prof.add_argument("--trace", metavar="FILE.json", help="where to write the Chrome trace")
-    prof.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
-    prof.add_argument("--providers", default="CPUExecutionProvider",
-                      help="comma-separated providers in priority order (the fallback comes last on its own)")
-    prof.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
     prof.set_defaults(func=cmd_profile)
     ins = sub.add_parser("inspect", help="a model's inputs and outputs, node counts before and after optimization, "
                                          "which provider runs which nodes (and why a node went to the fallback), "
