@@ -7,6 +7,7 @@
 __version__ = "0.1.0"
 
 from onnxjit import providers as _providers  # noqa: F401  (registers the providers)
+from onnxjit.dataframe import feeds_from_dataframe  # noqa: F401
 from onnxjit.errors import (EPFail, Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoaded,  # noqa: F401
                             NoModel, NoSuchFile, NotImplemented, OnnxJitError, RuntimeException)
 from onnxjit.session.iobinding import IOBinding, OrtValue  # noqa: F401
