@@ -117,12 +117,9 @@ def _cpu_refusal(node) -> str:
 def cmd_inspect(args) -> int:
     import onnx
 
-    import onnxjit
     model = onnx.load(args.model, load_external_data=False)
-    so = onnxjit.SessionOptions()
-    so.graph_optimization_level = LEVEL_NAMES[args.level]
     t0 = time.perf_counter()
-    sess = onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
+    sess = _session(args)
     created = time.perf_counter() - t0
     opsets = ", ".join(f"{o.domain or 'ai.onnx'} {o.version}" for o in model.opset_import)
     print(f"model: {args.model} (IR version {model.ir_version}; opsets {opsets}; producer "
@@ -137,12 +134,12 @@ def cmd_inspect(args) -> int:
         from onnxjit.optimizer import format_counts
         print(format_counts(report))
     if not args.no_run:
-        feeds = random_feeds(sess, _dims(args.dim))
+        feeds, _ = _feeds(args, sess)
         t0 = time.perf_counter()
         sess.run(None, feeds)
         shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
-        print(f"\nran once on random inputs ({shapes}) in {time.perf_counter() - t0:.2f} s (kernels compiled or "
-              f"loaded)")
+        print(f"\nran once on given or random inputs ({shapes}) in {time.perf_counter() - t0:.2f} s (kernels "
+              f"compiled or loaded)")
     print("\nsteps per provider (a fused step runs several nodes as one kernel):")
     steps = sess._compiled.steps
     for provider in sess.get_providers():
@@ -328,12 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     ins = sub.add_parser("inspect", help="a model's inputs and outputs, node counts before and after optimization, "
                                          "which provider runs which nodes (and why a node went to the fallback), "
                                          "the fused kernels and their generated source")
-    ins.add_argument("model", help="the model (.onnx)")
-    ins.add_argument("--level", default="all", choices=list(LEVEL_NAMES), help="graph optimization level")
-    ins.add_argument("--providers", default="CPUExecutionProvider",
-                     help="comma-separated providers in priority order (the fallback comes last on its own)")
-    ins.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
-                     help="size of a symbolic input dim for the run on random inputs (default 1)")
+    _model_arguments(ins)
     ins.add_argument("--no-run", action="store_true",
                      help="do not run the model (kernels are generated when a run first meets input shapes)")
     ins.add_argument("--source", metavar="KERNEL", help="print the generated source of this kernel (a name the "

@@ -47,9 +47,8 @@ def _score_frame(part, model, digest, providers, threads, columns, output):
 
     from onnxjit.dataframe import feeds_from_dataframe
     sess = _session(model, digest, providers, threads)
-    names = [o.name for o in sess.get_outputs()]
-    values = np.asarray(sess.run([output or names[0]], feeds_from_dataframe(sess, part, columns))[0])
-    name = output or names[0]
+    name = output or sess.get_outputs()[0].name
+    values = np.asarray(sess.run([name], feeds_from_dataframe(sess, part, columns))[0])
     if values.ndim == 1:
         return pd.Series(values, index=part.index, name=name)
     if values.ndim != 2:
@@ -59,8 +58,7 @@ def _score_frame(part, model, digest, providers, threads, columns, output):
 
 def _score_block(block, model, digest, providers, threads, input_name, output):
     sess = _session(model, digest, providers, threads)
-    names = [o.name for o in sess.get_outputs()]
-    return np.asarray(sess.run([output or names[0]], {input_name: block})[0])
+    return np.asarray(sess.run([output or sess.get_outputs()[0].name], {input_name: block})[0])
 
 
 def predict(model: str | bytes | os.PathLike, data: Any, *, output: str | None = None,

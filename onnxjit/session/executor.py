@@ -85,7 +85,7 @@ class CompiledGraph:
         return frees
 
     def plan_for(self, feeds: dict[str, Any]) -> ExecutionPlan:
-        # value_signature inlined for arrays (a list, not a generator: 1 us of a batch-1 run, half of it here)
+        # value_signature inlined for arrays, in a list rather than a generator (650 -> 520 ns for one feed)
         key = tuple([(n, (v.dtype, v.shape) if type(v) is np.ndarray else value_signature(v))
                      for n, v in feeds.items()])
         if len(self._plans) == 1:  # the common case, one signature: no order to keep, no lock to take
