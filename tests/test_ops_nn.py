@@ -129,6 +129,9 @@ PACKED_CASES = [
     ((1, 96, 14, 14), (144, 96, 1, 1), dict(), True),
     ((1, 8, 40, 40), (24, 8, 1, 1), dict(), False),
     ((2, 6, 37), (30, 6, 3), dict(strides=[2], pads=[1, 1]), True),  # a 1-D conv's im2col
+    # strided 1x1 (resnets' projection shortcuts): an im2col that picks every other pixel, and one with pads
+    ((1, 40, 14, 14), (48, 40, 1, 1), dict(strides=[2, 2]), True),
+    ((2, 9, 11, 7), (13, 9, 1, 1), dict(strides=[3, 2], pads=[1, 0, 0, 1]), False),
 ]
 
 
