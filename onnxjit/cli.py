@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -76,14 +77,15 @@ def _dims(items: list[str]) -> dict[str, int]:
     return dims
 
 
-def random_feeds(sess, dims: dict[str, int], seed: int = 0, skip=()) -> dict[str, np.ndarray]:
-    """Random tensors for each of the session's inputs but those in `skip`: symbolic dims from `dims` (else 1),
-    unknown dims 1; floats standard normal, integers in [0, 4), booleans and strings random. Other input kinds
-    (sequences, maps) raise SystemExit naming the input."""
+def random_feeds(inputs, dims: dict[str, int], seed: int = 0, skip=()) -> dict[str, np.ndarray]:
+    """Random tensors for each of the `inputs` (values with a name and an IR type: a session's, or those of
+    onnxjit.benchmarking.model_inputs) but those in `skip`: symbolic dims from `dims` (else 1), unknown dims 1;
+    floats standard normal, integers in [0, 4), booleans and strings random. Other input kinds (sequences, maps)
+    raise SystemExit naming the input."""
     from onnxjit.ir.types import TensorType
     rng = np.random.default_rng(seed)
     feeds = {}
-    for value in sess._inputs:
+    for value in inputs:
         if value.name in skip:
             continue
         t = value.type
@@ -290,7 +292,62 @@ def _feeds(args, sess, seed: int = 0) -> tuple[dict[str, np.ndarray], set[str]]:
     unknown = sorted(set(given) - known)
     if unknown:
         raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of the model; its inputs: {sorted(known)}")
-    return {**random_feeds(sess, _dims(args.dim), seed, skip=given), **given}, set(given)
+    return {**random_feeds(sess._inputs, _dims(args.dim), seed, skip=given), **given}, set(given)
+
+
+def cmd_bench(args) -> int:
+    from onnxjit import benchmarking
+    runtimes = ["onnxjit"] + [r for r in args.compare.split(",") if r and r != "onnxjit"]
+    unknown = [r for r in runtimes if r not in benchmarking.RUNTIMES]
+    if unknown:
+        raise SystemExit(f"onnxjit bench: unknown runtime {unknown[0]!r} in --compare; known: "
+                         f"{', '.join(r for r in benchmarking.RUNTIMES if r != 'onnxjit')}")
+    if args.plot:
+        try:
+            import matplotlib  # noqa: F401 - before the measurements, not after them
+        except ImportError:
+            raise SystemExit("onnxjit bench: --plot draws with matplotlib: pip install 'onnxjit[plot]'") from None
+    given = _given_inputs(args.input)
+    progress = _progress(args.quiet)
+    results = []
+    for i, path in enumerate(args.model):
+        known = {v.name for v in benchmarking.model_inputs(path)}
+        unknown = sorted(set(given) - known)
+        if unknown and len(args.model) == 1:
+            raise SystemExit(f"onnxjit bench: --input names {unknown} are not inputs of {path}; its inputs: "
+                             f"{sorted(known)}")
+        mine = {k: v for k, v in given.items() if k in known}
+        feeds = {**random_feeds(benchmarking.model_inputs(path), _dims(args.dim), args.seed, skip=mine), **mine}
+        name = os.path.basename(path)
+        results.append(benchmarking.bench_model(
+            path, feeds, runtimes, threads=args.threads, repeat=args.repeat, rounds=args.rounds, rest=args.rest,
+            rss=not args.no_rss, rtol=args.rtol, atol=args.atol, name=name,
+            progress=lambda msg, i=i, name=name: progress(f"[{i + 1}/{len(args.model)}] {name}: {msg}")))
+    progress(None)
+    print(benchmarking.format_table(results, args.markdown))
+    if args.json:
+        benchmarking.write_json(results, args.json)
+        print(f"wrote {args.json}")
+    if args.plot:
+        benchmarking.plot(results, args.plot)
+        print(f"wrote {args.plot}")
+    failed = [f"{m.model} on {r.runtime}" for m in results for r in m.results.values() if r.error or r.ok is False]
+    if failed:
+        print(f"onnxjit bench: failed or outputs off the tolerance: {', '.join(failed)}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def _progress(quiet: bool):
+    """A one-line status on stderr, rewritten in place, when stderr is a terminal and not `quiet`; call with
+    None to clear it."""
+    if quiet or not sys.stderr.isatty():
+        return lambda message: None
+
+    def show(message):
+        sys.stderr.write("\r\033[K" + (message or ""))
+        sys.stderr.flush()
+    return show
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -331,6 +388,37 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("--source", metavar="KERNEL", help="print the generated source of this kernel (a name the "
                                                          "listing shows)")
     ins.set_defaults(func=cmd_inspect)
+    bench = sub.add_parser(
+        "bench", help="check a model's outputs on onnxjit and other runtimes against onnxruntime's, then time each "
+                      "runtime in its own blocks of runs: session creation, first run, median and p90 latency, "
+                      "peak RSS, ratio to onnxruntime",
+        description="Each model runs on onnxjit and the --compare runtimes with the same inputs (given with "
+                    "--input or random). Outputs are checked against onnxruntime's (|diff| <= atol + rtol * |ref|); "
+                    "then the runtimes are timed in turns, each in its own block of --repeat runs after a rest, "
+                    "--rounds times; peak RSS is measured for each runtime alone in a child process. Exits 1 "
+                    "when a runtime fails or its outputs are off the tolerance.")
+    bench.add_argument("model", nargs="+", help="the models (.onnx): one table for all")
+    bench.add_argument("--compare", default="onnxruntime",
+                       help="comma-separated runtimes beside onnxjit: onnxruntime, reference (onnx.reference's "
+                            "evaluator); default onnxruntime")
+    bench.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
+                       help="an input's value from a .npy file (inputs not given are random)")
+    bench.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
+                       help="size of a symbolic dim of the random inputs (default 1)")
+    bench.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    bench.add_argument("--threads", type=int, default=0,
+                       help="intra-op threads of every runtime (default: each runtime's own default)")
+    bench.add_argument("--repeat", type=int, default=10, help="runs per timing block")
+    bench.add_argument("--rounds", type=int, default=3, help="timing blocks per runtime, in turns")
+    bench.add_argument("--rest", type=float, default=0.5, help="seconds of rest before each block")
+    bench.add_argument("--rtol", type=float, default=1e-3, help="relative tolerance of the output check")
+    bench.add_argument("--atol", type=float, default=1e-4, help="absolute tolerance of the output check")
+    bench.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
+    bench.add_argument("--json", metavar="FILE.json", help="also write the results to this file")
+    bench.add_argument("--plot", metavar="FILE.png", help="also draw the latencies as a bar chart (matplotlib)")
+    bench.add_argument("--markdown", action="store_true", help="print the table as markdown")
+    bench.add_argument("--quiet", action="store_true", help="no progress line")
+    bench.set_defaults(func=cmd_bench)
     args = ap.parse_args(argv)
     return args.func(args)
 

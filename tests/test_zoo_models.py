@@ -1,15 +1,14 @@
 """The benchmark zoo's parts that need no torch (benchmarks/zoo/): the light models with random weights written
-into the cache, the export cache's file names, the output comparison, the statistics and the table."""
+into the cache, the export cache's file names and the table (its comparison and statistics are
+onnxjit.benchmarking's: tests/test_benchmarking.py)."""
 from __future__ import annotations
 
-import math
 import os
 import sys
 
 import numpy as np
 import onnx
 import onnxruntime
-import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks.zoo import export as zoo_export  # noqa: E402
@@ -47,30 +46,6 @@ def test_export_cache_names_carry_model_exporter_and_torch_version_and_failures_
     assert zoo_run.ensure_exported("resnet18", ["dynamo"], str(tmp_path), False)[0].error == failed.error
     row = zoo_run.measure(failed, "ResNet-18", 1, 1, 0.0, False, False)  # a row, not an exception
     assert row.error == "export failed: UnsupportedOperatorError: aten::foo" and row.onnxjit_ms is None
-
-
-def test_compare_outputs_tolerance_shapes_dtypes_and_nan():
-    w = np.array([1.0, -2.0, 1000.0], np.float32)
-    ok, err = zoo_run.compare_outputs([w + np.float32(5e-5)], [w])
-    assert ok and err == pytest.approx(5e-5, abs=2e-5)
-    assert zoo_run.compare_outputs([w * np.float32(1.0005)], [w])[0]  # within rtol 1e-3
-    ok, err = zoo_run.compare_outputs([w + np.float32(0.01)], [w])
-    assert not ok and err == pytest.approx(0.01, rel=0.1)
-    assert zoo_run.compare_outputs([w[:2]], [w]) == (False, math.inf)
-    assert zoo_run.compare_outputs([w.astype(np.float64)], [w]) == (False, math.inf)
-    assert zoo_run.compare_outputs([w], [w, w]) == (False, math.inf)
-    nan = np.array([np.nan, 1.0], np.float32)
-    assert not zoo_run.compare_outputs([nan], [np.array([0.0, 1.0], np.float32)])[0]
-    assert zoo_run.compare_outputs([np.array([np.inf], np.float32)], [np.array([np.inf], np.float32)]) == (True, 0)
-    ints = np.array([1, 2, 3], np.int64)
-    assert zoo_run.compare_outputs([ints], [ints]) == (True, 0.0)
-    assert not zoo_run.compare_outputs([ints + 1], [ints])[0]
-
-
-def test_geometric_mean_skips_missing_ratios():
-    assert zoo_run.geometric_mean([2.0, 0.5, None]) == pytest.approx(1.0)
-    assert zoo_run.geometric_mean([1.0, 4.0]) == pytest.approx(2.0)
-    assert zoo_run.geometric_mean([None]) is None
 
 
 def test_table_has_a_row_per_case_errors_included_and_the_geometric_mean_of_matching_rows():

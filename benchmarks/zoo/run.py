@@ -1,6 +1,6 @@
 """The benchmark zoo: onnxjit against onnxruntime on real architectures, one table row per model and exporter.
 
-For each model (the torch ones in `models.py`, exported by `export.py` into the cache, and the nine light models
+The measurements are onnxjit.benchmarking's (as `onnxjit bench`'s). For each model (the torch ones in `models.py`, exported by `export.py` into the cache, and the nine light models
 shipped inside the onnx package, with random weights) it measures, in this process and with 2 intra-op threads for
 both runtimes:
   ok         every output of onnxjit within rtol 1e-3, atol 1e-4 of onnxruntime's (float32); the max abs error
@@ -22,8 +22,6 @@ import gc
 import json
 import math
 import os
-import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -33,14 +31,15 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from onnxjit import benchmarking
+from onnxjit.benchmarking import geometric_mean
+
 try:
     from . import export as zoo_export
 except ImportError:  # run as a script: this folder is sys.path[0]
     import export as zoo_export
 
-RTOL, ATOL = 1e-3, 1e-4
 THREADS = 2
-FALLBACK = "FallbackExecutionProvider"
 LIGHT_MODELS = ("squeezenet", "resnet50", "bvlc_alexnet", "densenet121", "inception_v1", "inception_v2",
                 "shufflenet", "vgg19", "zfnet512")  # as onnxjit.testing.zoo.LIGHT_MODELS
 LIGHT_DESCRIPTION = ("onnx's model-zoo light model (opset 9; its ConstantOfShape weights replaced by random "
@@ -71,41 +70,6 @@ class Row:
         if self.onnxjit_ms is None or not self.onnxruntime_ms:
             return None
         return self.onnxjit_ms / self.onnxruntime_ms
-
-
-# --- statistics and comparison (no runtime needed) ----------------------------------------------------------
-def geometric_mean(values) -> float | None:
-    vals = [v for v in values if v is not None and v > 0]
-    if not vals:
-        return None
-    return math.exp(sum(math.log(v) for v in vals) / len(vals))
-
-
-def compare_outputs(got, want, rtol: float = RTOL, atol: float = ATOL) -> tuple[bool, float]:
-    """(all outputs within |got - want| <= atol + rtol * |want|, the largest abs error). Shapes and dtypes must
-    match; non-float outputs must be equal."""
-    if len(got) != len(want):
-        return False, math.inf
-    ok, worst = True, 0.0
-    for g, w in zip(got, want):
-        g, w = np.asarray(g), np.asarray(w)
-        if g.shape != w.shape or g.dtype != w.dtype:
-            return False, math.inf
-        if g.size == 0:
-            continue
-        if not np.issubdtype(w.dtype, np.floating):
-            diff = np.abs(g.astype(np.float64) - w.astype(np.float64))
-            ok &= bool(np.array_equal(g, w))
-        else:
-            g64, w64 = g.astype(np.float64), w.astype(np.float64)
-            diff = np.abs(g64 - w64)
-            same_nonfinite = (~np.isfinite(w64)) & (g64 == w64)
-            diff = np.where(same_nonfinite, 0.0, diff)
-            ok &= bool(np.all(np.where(same_nonfinite, True, diff <= atol + rtol * np.abs(w64))))
-        worst = max(worst, float(np.nanmax(diff)) if not np.isnan(diff).all() else math.inf)
-        if np.isnan(diff).any():
-            ok, worst = False, math.inf
-    return ok, worst
 
 
 # --- the table -----------------------------------------------------------------------------------------------
@@ -183,80 +147,11 @@ def format_table(rows: list[Row], markdown: bool = False) -> str:
 
 
 # --- sessions --------------------------------------------------------------------------------------------------
-def onnxruntime_session(path: str, profile_prefix: str | None = None):
-    import onnxruntime
-    so = onnxruntime.SessionOptions()
-    so.intra_op_num_threads = THREADS
-    so.log_severity_level = 3
-    if profile_prefix:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_prefix
-    return onnxruntime.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
-def onnxjit_session(path: str, profile_prefix: str | None = None):
-    import onnxjit
-    so = onnxjit.SessionOptions()
-    so.intra_op_num_threads = THREADS
-    so.add_session_config_entry("session.onnxjit.show_progress", "0")
-    if profile_prefix:
-        so.enable_profiling = True
-        so.profile_file_prefix = profile_prefix
-    return onnxjit.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-
-
 def feeds_for(sess, inputs: list[np.ndarray]) -> dict[str, np.ndarray]:
     names = [i.name for i in sess.get_inputs()]
     if len(names) != len(inputs):
         raise ValueError(f"the model takes {len(names)} inputs, the cache has {len(inputs)}")
     return dict(zip(names, inputs))
-
-
-def fallback_nodes(sess) -> Counter:
-    """Op types of the nodes onnxjit's plan runs on the fallback provider."""
-    steps = getattr(getattr(sess, "_compiled", None), "steps", [])
-    return Counter(n.op_type for s in steps if s.provider == FALLBACK for n in s.nodes)
-
-
-def timed_block(run, feeds, n: int) -> list[float]:
-    times = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        run(None, feeds)
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def peak_rss_mb(runtime: str, case: zoo_export.ZooCase) -> float:
-    """The peak RSS of a fresh child process that imports only `runtime`, creates the session and runs it twice."""
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--rss-child", runtime, case.path,
-                          case.inputs_path], capture_output=True, text=True, timeout=1800)
-    if out.returncode != 0:
-        raise RuntimeError(f"{runtime} child failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:200]}")
-    return float(out.stdout.strip().splitlines()[-1])
-
-
-def rss_child(runtime: str, path: str, inputs_path: str) -> None:
-    with np.load(inputs_path) as z:
-        inputs = [z[f"input{i}"] for i in range(len(z.files))]
-    sess = onnxruntime_session(path) if runtime == "onnxruntime" else onnxjit_session(path)
-    feeds = feeds_for(sess, inputs)
-    sess.run(None, feeds)
-    sess.run(None, feeds)
-    print(peak_rss_of_this_process_mb())
-
-
-def peak_rss_of_this_process_mb() -> float:
-    """VmHWM, this process's peak resident set. Not getrusage's ru_maxrss: Linux keeps that across execve, so a
-    child started from a large parent would report the parent's peak."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
 
 
 def op_times_ms(trace_path: str, runs: int, kind: str) -> Counter:
@@ -280,15 +175,15 @@ def profile_ops(case: zoo_export.ZooCase, inputs, runs: int = 3, top: int = 4):
     two profiles' totals per run."""
     with tempfile.TemporaryDirectory() as tmp:
         traces = {}
-        for kind, make in (("onnxjit", onnxjit_session), ("onnxruntime", onnxruntime_session)):
-            sess = make(case.path, os.path.join(tmp, kind + "_"))
+        for kind in ("onnxjit", "onnxruntime"):
+            sess = benchmarking.make_session(kind, case.path, THREADS, os.path.join(tmp, kind + "_"))
             feeds = feeds_for(sess, inputs)
             sess.run(None, feeds)
             if kind == "onnxjit":  # drop the warm-up run from onnxjit's trace
                 os.remove(sess.end_profiling())
             else:
                 sess.end_profiling()
-                sess = make(case.path, os.path.join(tmp, kind + "2_"))
+                sess = benchmarking.make_session(kind, case.path, THREADS, os.path.join(tmp, kind + "2_"))
                 sess.run(None, feeds)  # onnxruntime's first run is in its trace; one more session, warmed
             for _ in range(runs):
                 sess.run(None, feeds)
@@ -302,58 +197,37 @@ def profile_ops(case: zoo_export.ZooCase, inputs, runs: int = 3, top: int = 4):
 
 def measure(case: zoo_export.ZooCase, description: str, repeat: int, rounds: int, rest: float, rss: bool,
             profile: bool) -> Row:
+    """The case's row, from onnxjit.benchmarking.bench_model over onnxjit and onnxruntime (THREADS threads)."""
     row = Row(case.model, case.exporter, description)
     if case.error:
         row.error = f"export failed: {case.error}"
         return row
     inputs = case.load_inputs()
-    try:
-        ref_sess = onnxruntime_session(case.path)
-        feeds = feeds_for(ref_sess, inputs)
-        want = ref_sess.run(None, feeds)
-    except Exception as e:  # noqa: BLE001
-        row.error = f"onnxruntime: {type(e).__name__}: {str(e)[:200]}"
+    names = [v.name for v in benchmarking.model_inputs(case.path)]
+    if len(names) != len(inputs):
+        row.error = f"the model takes {len(names)} inputs, the cache has {len(inputs)}"
         return row
-    try:
-        t0 = time.perf_counter()
-        sess = onnxjit_session(case.path)
-        got = sess.run(None, feeds)
-        row.first_run_s = time.perf_counter() - t0
-        row.kernels_compiled = sum(k.compiled for k in sess.kernels())
-        ops = fallback_nodes(sess)
-        row.fallback_nodes, row.fallback_ops = sum(ops.values()), dict(ops)
-        row.ok, row.max_abs_err = compare_outputs(got, want)
-    except Exception as e:  # noqa: BLE001 - a model onnxjit fails on is a row, not the end of the run
-        row.error = f"onnxjit: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-        sess = None
-    jit_times, ref_times = [], []
-    for _ in range(rounds):
-        if sess is not None:
-            time.sleep(rest)
-            try:
-                jit_times += timed_block(sess.run, feeds, repeat)
-            except Exception as e:  # noqa: BLE001
-                row.error = f"onnxjit: {type(e).__name__}: {str(e)[:200]}"
-                sess = None
-        time.sleep(rest)
-        ref_times += timed_block(ref_sess.run, feeds, repeat)
-    row.onnxjit_ms = 1000 * statistics.median(jit_times) if jit_times else None
-    row.onnxruntime_ms = 1000 * statistics.median(ref_times)
-    del sess, ref_sess, got, want
+    result = benchmarking.bench_model(case.path, dict(zip(names, inputs)), ("onnxjit", "onnxruntime"), THREADS,
+                                      repeat, rounds, rest, rss)
+    jit, ref = result.results["onnxjit"], result.results["onnxruntime"]
+    if ref.error:
+        row.error = f"onnxruntime: {ref.error}"
+        return row
+    if jit.error:
+        row.error = f"onnxjit: {jit.error}"
+    if jit.first_run_s is not None:
+        row.first_run_s = jit.create_s + jit.first_run_s
+        row.kernels_compiled = jit.kernels_compiled
+        row.fallback_nodes, row.fallback_ops = sum(jit.fallback_ops.values()), jit.fallback_ops
+        row.ok, row.max_abs_err = jit.ok, jit.max_abs_diff
+    row.onnxjit_ms, row.onnxruntime_ms = jit.median_ms, ref.median_ms
+    row.onnxjit_rss_mb, row.onnxruntime_rss_mb = jit.peak_rss_mb, ref.peak_rss_mb
     gc.collect()
     if profile and row.error is None:
         try:
             row.top_ops, row.profiled_ms = profile_ops(case, inputs)
         except Exception as e:  # noqa: BLE001
             print(f"  profiling {case.model} failed: {type(e).__name__}: {e}", file=sys.stderr)
-    if rss:
-        for runtime in ("onnxjit", "onnxruntime"):
-            if runtime == "onnxjit" and row.onnxjit_ms is None:
-                continue
-            try:
-                setattr(row, f"{runtime}_rss_mb", peak_rss_mb(runtime, case))
-            except Exception as e:  # noqa: BLE001
-                print(f"  peak RSS of {case.model}: {e}", file=sys.stderr)
     return row
 
 
@@ -405,11 +279,7 @@ def main(argv=None) -> None:
     ap.add_argument("--no-rss", action="store_true", help="skip the peak-RSS child processes")
     ap.add_argument("--profile", action="store_true", help="also list each row's heaviest op types")
     ap.add_argument("--json", help="also write the rows to this file")
-    ap.add_argument("--rss-child", nargs=3, metavar=("RUNTIME", "MODEL", "INPUTS"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
-    if a.rss_child:
-        rss_child(*a.rss_child)
-        return
     names = all_model_names()
     if a.models:
         wanted = []
