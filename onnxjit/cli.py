@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 from onnxjit.session.options import LEVEL_NAMES
-from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case
+from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case, light_model_dir
 
 def time_runs(run, runs: int) -> list[float]:
     times = []
@@ -260,9 +260,23 @@ def cmd_profile(args) -> int:
     return 0
 
 
+def model_path(arg: str) -> str:
+    """A command's MODEL: an ONNX file's path, or the name of one of the model-zoo light models the onnx package
+    ships (squeezenet or light_squeezenet, ...), as its path."""
+    if os.path.exists(arg):
+        return arg
+    name = arg[len("light_"):] if arg.startswith("light_") else arg
+    if name in LIGHT_MODELS:
+        return os.path.join(light_model_dir(), f"light_{name}.onnx")
+    raise argparse.ArgumentTypeError(f"{arg!r} is neither a file nor a light model's name ({', '.join(LIGHT_MODELS)})")
+
+
+MODEL_HELP = "the model: an .onnx file, or a light model the onnx package ships (e.g. squeezenet)"
+
+
 def _model_arguments(parser) -> None:
     """The arguments of the commands that run a model: the model, its inputs, level, providers, threads."""
-    parser.add_argument("model", help="the model (.onnx)")
+    parser.add_argument("model", type=model_path, help=MODEL_HELP)
     parser.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                         help="an input's value from a .npy file (inputs not given are random)")
     parser.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",
@@ -397,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                     "then the runtimes are timed in turns, each in its own block of --repeat runs after a rest, "
                     "--rounds times; peak RSS is measured for each runtime alone in a child process. Exits 1 "
                     "when a runtime fails or its outputs are off the tolerance.")
-    bench.add_argument("model", nargs="+", help="the models (.onnx): one table for all")
+    bench.add_argument("model", nargs="+", type=model_path, help=MODEL_HELP + "; several: one table for all")
     bench.add_argument("--compare", default="onnxruntime",
                        help="comma-separated runtimes beside onnxjit: onnxruntime, reference (onnx.reference's "
                             "evaluator); default onnxruntime")

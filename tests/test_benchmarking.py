@@ -128,3 +128,20 @@ def test_bench_rejects_an_unknown_runtime_and_a_bad_input(tmp_path):
     np.save(tmp_path / "z.npy", np.zeros(3, np.float32))
     with pytest.raises(SystemExit, match=r"\['z'\] are not inputs of"):
         main(["bench", path, "--input", f"z={tmp_path / 'z.npy'}"])
+
+
+def test_commands_take_a_light_models_name(tmp_path, capsys):
+    """run, inspect, profile and bench take the name of a light model the onnx package ships as MODEL (the
+    README's demo model here: its outputs do not hinge on rounding), and name the choices for a wrong one."""
+    assert main(["run", "inception_v1"]) == 0
+    assert "output prob_1: float32 [1, 1000]" in capsys.readouterr().out
+    assert main(["inspect", "light_inception_v1", "--no-run"]) == 0
+    assert "CPUExecutionProvider:" in capsys.readouterr().out
+    assert main(["profile", "inception_v1", "--runs", "2", "--trace", str(tmp_path / "t.json")]) == 0
+    assert "op type" in capsys.readouterr().out
+    assert main(["bench", "inception_v1", "--repeat", "2", "--rounds", "1", "--rest", "0", "--no-rss"]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:3]
+    assert rows[0].split()[:3] == ["light_inception_v1.onnx", "onnxjit", "ok"]
+    with pytest.raises(SystemExit):
+        main(["run", "inception_v9"])
+    assert "neither a file nor a light model's name (squeezenet, resnet50" in capsys.readouterr().err
