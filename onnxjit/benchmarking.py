@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -167,36 +166,44 @@ def timed_block(run, feeds, n: int) -> list[float]:
 
 
 # --- peak RSS ---------------------------------------------------------------------------------------------------
-def peak_rss_of_this_process_mb() -> float:
-    """VmHWM, this process's peak resident set. Not getrusage's ru_maxrss: Linux keeps that across execve, so a
-    child started from a large parent would report the parent's peak."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux, bytes on macOS
+# The child imports only the runtime it measures (and numpy): `python -m onnxjit.benchmarking` would import
+# onnxjit, and with it Numba and LLVM, into onnxruntime's and onnx.reference's children too.
+_RSS_CHILD = r"""
+import sys
+import numpy as np
+runtime, path, inputs_path, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+with np.load(inputs_path, allow_pickle=False) as z:
+    feeds = {k: z[k] for k in z.files}
+if runtime == "reference":
+    from onnx.reference import ReferenceEvaluator
+    run = ReferenceEvaluator(path).run
+else:
+    module = __import__(runtime)
+    so = module.SessionOptions()
+    if threads:
+        so.intra_op_num_threads = threads
+    if runtime == "onnxjit":
+        so.add_session_config_entry("session.onnxjit.show_progress", "0")
+    run = module.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run
+run(None, feeds)
+run(None, feeds)
+try:  # VmHWM, not getrusage's ru_maxrss: Linux keeps that across execve (a large parent's peak)
+    with open("/proc/self/status") as f:
+        print(next(int(line.split()[1]) / 1024 for line in f if line.startswith("VmHWM:")))
+except OSError:
+    import resource
+    print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+"""
 
 
 def peak_rss_mb(runtime: str, path: str, inputs_path: str, threads: int = 0) -> float:
-    """The peak RSS of a fresh child process that imports only `runtime`, creates the session and runs it twice on
-    the feeds saved in `inputs_path` (an .npz of input name -> array)."""
-    out = subprocess.run([sys.executable, "-m", "onnxjit.benchmarking", "--rss-child", runtime, path, inputs_path,
-                          str(threads)], capture_output=True, text=True, timeout=1800)
+    """The peak RSS of a fresh child process that imports only `runtime`, creates the session and
+    runs it twice on the feeds saved in `inputs_path` (an .npz of input name -> array)."""
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, runtime, path, inputs_path, str(threads)],
+                         capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{runtime} child failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     return float(out.stdout.strip().splitlines()[-1])
-
-
-def _rss_child(runtime: str, path: str, inputs_path: str, threads: str) -> None:
-    with np.load(inputs_path, allow_pickle=False) as z:
-        feeds = {k: z[k] for k in z.files}
-    sess = make_session(runtime, path, int(threads))
-    sess.run(None, feeds)
-    sess.run(None, feeds)
-    print(peak_rss_of_this_process_mb())
 
 
 # --- one model, several runtimes -----------------------------------------------------------------------------
@@ -389,10 +396,3 @@ def plot(models: list[ModelResult], path: str) -> None:
 def write_json(models: list[ModelResult], path: str) -> None:
     with open(path, "w") as f:
         json.dump([m.to_json() for m in models], f, indent=1)
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 6 and sys.argv[1] == "--rss-child":
-        _rss_child(*sys.argv[2:])
-    else:
-        sys.exit("usage: python -m onnxjit.benchmarking --rss-child RUNTIME MODEL INPUTS.npz THREADS")
