@@ -141,3 +141,60 @@ def test_model_saves_back_as_valid_onnx(tmp_path):
     got = onnxruntime.InferenceSession(back.SerializeToString()).run(None, {"x": x})
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+def _recording(compiled, seen):
+    """Each step's kernel wrapped to record, as it starts, which of the run's values are still alive."""
+    import weakref
+    values = {}
+
+    def wrap(step):
+        fn = step.fn
+
+        def run(*args):
+            seen.append({n for n, ref in values.items() if ref() is not None})
+            outs = fn(*args)
+            for n, v in zip(step.outputs, outs):
+                values[n] = weakref.ref(v)
+            return outs
+        return run
+    for step in compiled.steps:
+        step.fn = wrap(step)
+
+
+def test_the_straight_line_runner_drops_values_after_their_last_use_and_matches_the_loop():
+    """A run without profiling goes through the generated straight-line runner: intermediates are released after
+    their last reader as the step loop releases them, and the outputs equal the loop's (the profiled run)."""
+    graph = from_onnx(_model()).graph
+    providers = [FallbackExecutionProvider()]
+    compiled = compile_graph(graph, providers, _Compiler(providers))
+    seen = []
+    _recording(compiled, seen)  # before the first run: the runner is generated then
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    got = compiled.run({"x": x})
+    order = [s.outputs[0] for s in compiled.steps]
+    # when the step computing d starts: a (read only by b's step) is gone; b (an output) and c (d's input) live
+    alive_at_d = seen[order.index("d")]
+    assert "a" not in alive_at_d and {"b", "c"} <= alive_at_d
+    want = compiled.run({"x": x}, profile=[])  # the loop
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_a_failing_step_is_reported_alike_by_the_runner_and_the_loop():
+    graph = from_onnx(_model()).graph
+    providers = [FallbackExecutionProvider()]
+    compiled = compile_graph(graph, providers, _Compiler(providers))
+    abs_step = next(s for s in compiled.steps if s.nodes and s.nodes[0].op_type == "Abs")
+
+    def broken(v):
+        raise ValueError("no luck")
+    abs_step.fn = broken
+    x = np.ones((2, 3), np.float32)
+    messages = []
+    for profile in (None, []):
+        with pytest.raises(onnxjit.RuntimeException) as e:
+            compiled.run({"x": x}, profile=profile)
+        messages.append(str(e.value))
+    assert messages[0] == messages[1]
+    assert "Abs" in messages[0] and "float32[2, 3]" in messages[0] and "ValueError: no luck" in messages[0]

@@ -66,6 +66,9 @@ class CompiledGraph:
         self._constant_outputs = any(n in self.constants for n in self.output_names)
         self._plans: OrderedDict[tuple, ExecutionPlan] = OrderedDict()
         self._lock = threading.Lock()
+        self._binds = any(s.bind is not None for s in steps)
+        self._straight = None  # the straight-line runner, generated at the first run (see _run_straight)
+        self._straight_args: list = []
 
     def _last_uses(self) -> list[list[str]]:
         """Names to drop after each step: intermediates past their last consumer (never outputs)."""
@@ -108,6 +111,8 @@ class CompiledGraph:
 
     def run(self, feeds: dict[str, Any], outer: dict[str, Any] | None = None, *,
             profile: list | None = None, should_stop: Callable[[], bool] | None = None) -> list[Any]:
+        if profile is None and should_stop is None:
+            return self._run_straight(feeds, outer)
         plan = self.plan_for(feeds)
         env = dict(self._overridable)
         if outer:
@@ -118,22 +123,14 @@ class CompiledGraph:
             args = [(env[n] if n else None) if c is _FROM_ENV else c for n, c in self._args[i]]
             fn = step.fn
             if step.bind is not None:
-                sig = [(a.dtype, a.shape) if type(a) is np.ndarray else value_signature(a) for a in args]
-                entry = bound[i]
-                if entry is None or entry[0] != sig:
-                    entry = bound[i] = (sig, step.bind(sig))
-                fn = entry[1]
+                fn = self._bound_kernel(bound, i, args)
             t0 = time.perf_counter() if profile is not None else 0.0
             try:
                 outs = fn(*args)
             except OnnxJitError:
                 raise
             except Exception as e:  # noqa: BLE001 - a kernel failure becomes a typed error naming the node
-                node = step.nodes[0] if step.nodes else None
-                where = node.label if node is not None else step.name
-                shapes = ", ".join(f"{n or '<none>'}: {_describe(a)}" for n, a in zip(step.inputs, args))
-                raise RuntimeException(f"{where} failed on provider {step.provider} with inputs [{shapes}]: "
-                                       f"{type(e).__name__}: {e}") from e
+                raise self._step_failure(i, args, e) from e
             if profile is not None:
                 profile.append((step, t0, time.perf_counter()))
             for n, v in zip(step.outputs, outs):
@@ -149,6 +146,127 @@ class CompiledGraph:
         outs = [env[n] if n in env else self.constants[n] for n in self.output_names]
         return [o.copy() if n in self.constants and o is self.constants[n] else o
                 for n, o in zip(self.output_names, outs)]
+
+
+    def _bound_kernel(self, bound: list, i: int, args: list) -> Callable:
+        """Step i's kernel bound for these arguments' signatures (kept in the plan's `bound`)."""
+        sig = [(a.dtype, a.shape) if type(a) is np.ndarray else value_signature(a) for a in args]
+        entry = bound[i]
+        if entry is None or entry[0] != sig:
+            entry = bound[i] = (sig, self.steps[i].bind(sig))
+        return entry[1]
+
+    def _step_failure(self, i: int, args: list, e: BaseException) -> RuntimeException:
+        """A kernel failure as a typed error naming the node, its provider and its inputs."""
+        step = self.steps[i]
+        node = step.nodes[0] if step.nodes else None
+        where = node.label if node is not None else step.name
+        shapes = ", ".join(f"{n or '<none>'}: {_describe(a)}" for n, a in zip(step.inputs, args))
+        return RuntimeException(f"{where} failed on provider {step.provider} with inputs [{shapes}]: "
+                                f"{type(e).__name__}: {e}")
+
+    # --- the straight-line runner -------------------------------------------------------------------------
+    # The loop above costs 1.5-2 us a step (the arguments gathered from a dict, the outputs put back, the frees,
+    # the profile and stop checks), more than onnxruntime spends on a node. Without profiling or a stop check, a
+    # run goes through Python source generated once per graph instead: one local variable per value, each step a
+    # call with its arguments in place (constants bound as default arguments), `del` after a value's last use
+    # (as the loop's frees), and steps that bind per signature through _bound_kernel. `i` holds the running
+    # step, so a failure is reported as the loop reports it.
+    def _run_straight(self, feeds: dict[str, Any], outer: dict[str, Any] | None) -> list[Any]:
+        runner = self._straight
+        if runner is None:
+            runner = self._straight = self._straight_runner()
+        env = dict(self._overridable)
+        if outer:
+            env.update(outer)
+        env.update(feeds)
+        bound = self.plan_for(feeds).bound if self._binds else None
+        try:
+            outs = runner(env, bound)
+        except OnnxJitError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a kernel failure becomes a typed error naming the node
+            frame = _frame_of(e.__traceback__, runner.__code__)
+            i = frame.f_locals.get("i") if frame is not None else None
+            if i is None:  # not in a step (a value missing from the environment): as it is
+                raise
+            args = [frame.f_locals.get(v) if v else c for v, c in self._straight_args[i]]
+            raise self._step_failure(i, args, e) from e
+        if not self._constant_outputs:
+            return outs
+        return [o.copy() if n in self.constants and o is self.constants[n] else o
+                for n, o in zip(self.output_names, outs)]
+
+    def _straight_runner(self) -> Callable:
+        names: dict[str, str] = {}  # value name -> local variable
+        consts: dict[str, Any] = {"_bound_kernel": self._bound_kernel}
+
+        def var(n: str) -> str:
+            if n not in names:
+                names[n] = f"v{len(names)}"
+            return names[n]
+
+        produced: set[str] = set()
+        body, loads = [], []
+        arg_vars = []  # per step: (local variable or '', constant) per argument, for the failure report
+        for i, step in enumerate(self.steps):
+            args, described = [], []
+            for k, (n, c) in enumerate(self._args[i]):
+                if not n:
+                    args.append("None")
+                    described.append(("", None))
+                elif c is not _FROM_ENV:
+                    cname = f"c{i}_{k}"
+                    consts[cname] = c
+                    args.append(cname)
+                    described.append(("", c))
+                else:
+                    v = var(n)
+                    if n not in produced:
+                        produced.add(n)
+                        loads.append(f"    {v} = env[{n!r}]")
+                    args.append(v)
+                    described.append((v, None))
+            arg_vars.append(described)
+            body.append(f"    i = {i}")
+            call = ", ".join(args)
+            if step.bind is not None:
+                body.append(f"    o = _bound_kernel(bound, {i}, [{call}])({call})")
+            else:
+                consts[f"f{i}"] = step.fn
+                body.append(f"    o = f{i}({call})")
+            for k, n in enumerate(step.outputs):
+                if n:
+                    produced.add(n)
+                    body.append(f"    {var(n)} = o[{k}]")
+            dead = [names[n] for n in self.frees[i] if n in names]
+            if dead:
+                body.append(f"    del {', '.join(dead)}")
+        outs = []
+        for n in self.output_names:
+            if n in names:
+                outs.append(names[n])
+            elif n in self.constants and n not in self._overridable:
+                consts[f"out_{len(outs)}"] = self.constants[n]
+                outs.append(f"out_{len(outs)}")
+            else:  # a graph input passed through (or an outer value): read at the top
+                outs.append(var(n))
+                loads.append(f"    {names[n]} = env[{n!r}]")
+        params = "".join(f", {k}={k}" for k in consts)
+        src = "\n".join([f"def run(env, bound{params}):", *loads, *body, f"    return [{', '.join(outs)}]", ""])
+        scope: dict[str, Any] = {}
+        exec(compile(src, f"<onnxjit plan of {self.graph.name or 'graph'}>", "exec"), consts, scope)
+        self._straight_args = arg_vars
+        return scope["run"]
+
+
+def _frame_of(tb, code):
+    """The frame of the traceback `tb` running `code`, or None."""
+    while tb is not None:
+        if tb.tb_frame.f_code is code:
+            return tb.tb_frame
+        tb = tb.tb_next
+    return None
 
 
 def _describe(a: Any) -> str:
