@@ -170,6 +170,25 @@ def test_gather_initializer_indices_and_scalar_string():
     check("Gather", [("x", x, False), ("i", np.array(-2, np.int64), True)], 13, [TensorProto.STRING])
 
 
+def test_gather_constant_indices_checked_per_size():
+    """Constant indices (a column selection) are checked once per size of the gathered dim, not per run: runs
+    over two sizes match onnxruntime, repeated; a size the indices fall outside of still raises."""
+    from onnx import numpy_helper
+    idx = numpy_helper.from_array(np.array([0, -1, 2], np.int64), "i")
+    model = helper.make_model(helper.make_graph(
+        [helper.make_node("Gather", ["x", "i"], ["y"], axis=1)], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, "n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [idx]),
+        opset_imports=[helper.make_opsetid("", 13)])
+    sess = cpu_session(model)
+    ref = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n in (3, 5, 3, 5):
+        x = arr((2, n), np.float32)
+        assert_same(sess.run(None, {"x": x}), ref.run(None, {"x": x}))
+    with pytest.raises(OnnxJitError, match="out of data bounds"):
+        sess.run(None, {"x": arr((2, 2), np.float32)})
+
+
 def test_gather_out_of_range():
     run_error("Gather", [("x", arr((4,), np.float32), False), ("i", np.array([4], np.int64), False)], 13,
               [TensorProto.FLOAT])

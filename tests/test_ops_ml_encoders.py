@@ -87,6 +87,22 @@ def test_one_hot_encoder_strings(rank):
     check(ml_model("OneHotEncoder", dict(cats_int64s=[1, 2]), T.STRING, T.FLOAT), strings("1", "2"))
 
 
+def test_one_hot_encoder_strings_both_paths():
+    """Up to ONE_HOT_LOOP_MAX strings are encoded by a Python loop, more by numpy: both match onnxruntime, and
+    with zeros = 0 both name the first value that is no category."""
+    from onnxjit.ops.ml_encoders import ONE_HOT_LOOP_MAX
+    cats = ["red", "green", "blue"]
+    rng = np.random.default_rng(0)
+    for n in (1, ONE_HOT_LOOP_MAX, ONE_HOT_LOOP_MAX + 1, 3 * ONE_HOT_LOOP_MAX):
+        x = np.array(rng.choice(cats + ["pink"], n), dtype=object)
+        check(ml_model("OneHotEncoder", dict(cats_strings=cats), T.STRING, T.FLOAT), x)
+        sess = native_session(ml_model("OneHotEncoder", dict(cats_strings=cats, zeros=0), T.STRING, T.FLOAT))
+        x[:] = "red"
+        x[n // 2] = "pink"
+        with pytest.raises(onnxjit.InvalidArgument, match=rf"value 'pink' \(flat index {n // 2}\)"):
+            sess.run(None, {"X": x})
+
+
 def test_one_hot_encoder_errors():
     model = ml_model("OneHotEncoder", dict(cats_strings=["a", "b"], zeros=0), T.STRING, T.FLOAT)
     sess = native_session(model)

@@ -113,6 +113,10 @@ class _NumericTable:
 
 
 # --- OneHotEncoder ---------------------------------------------------------------------------------------------
+# strings one-hot encoded by a Python loop up to this many (the array form's numpy calls cost ~5 us at batch 1)
+ONE_HOT_LOOP_MAX = 16
+
+
 @register_op("OneHotEncoder", since=1, domain=DOMAIN)
 def build_one_hot_encoder(node):
     a = Attrs(node)
@@ -140,7 +144,14 @@ def build_one_hot_encoder(node):
         if x.ndim > 2:
             bad_input(node, 0, "of rank <= 2", describe(x))
         out = np.zeros((x.size, n_cats), np.float32)
-        if x.dtype == _STR:
+        if x.dtype == _STR and x.size <= ONE_HOT_LOOP_MAX:  # a few rows (online scoring): a plain loop
+            for i, s in enumerate(_strings_of(x)):
+                c = by_str[s]
+                if c >= 0:
+                    out[i, c] = 1.0
+                elif not zeros:
+                    unknown(x, i)
+        elif x.dtype == _STR:
             cols = np.fromiter(map(by_str.__getitem__, _strings_of(x)), np.int64, count=x.size)
             hit = cols >= 0
             if not zeros and not hit.all():

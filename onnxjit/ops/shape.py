@@ -8,7 +8,7 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from onnxjit.ops.nn import rank_of, wanted_outputs
+from onnxjit.ops.nn import constant_input, rank_of, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 
 T = TensorProto
@@ -105,7 +105,17 @@ def build_reshape(node):
     st = input_tensor_types(node)[1]
     if st is None or st.elem_type != T.INT64:
         return None
-    return lambda x, shape: (x.reshape(reshape_target(x.shape, shape.reshape(-1), allowzero)),)
+    const = constant_input(node, 1)
+    targets: dict = {}  # input shape -> output shape, for the constant shape
+
+    def run(x, shape):
+        if shape is const:  # the usual case: worked out once per input shape (3 us a run at batch 1 otherwise)
+            target = targets.get(x.shape)
+            if target is None:
+                target = targets[x.shape] = reshape_target(x.shape, shape.reshape(-1), allowzero)
+            return (x.reshape(target),)
+        return (x.reshape(reshape_target(x.shape, shape.reshape(-1), allowzero)),)
+    return run
 
 
 for _v in (1, 5, 13, 14, 19, 21):
