@@ -331,6 +331,23 @@ def test_averagepool(xs, attrs, since, count_include_pad, opset):
     check("AveragePool", [("x", _rand(xs), False)], opset, count_include_pad=count_include_pad, **attrs)
 
 
+@pytest.mark.parametrize("op,extra", [("MaxPool", {}), ("AveragePool", dict(count_include_pad=0)),
+                                      ("AveragePool", dict(count_include_pad=1))])
+@pytest.mark.parametrize("xs,attrs,kernel", [
+    # float32 2-D pools over small planes run channels-last, LANES planes a unit: planes of several images in one
+    # unit and a partial last one; strided windows with a tail pad; ceil_mode windows past the input
+    ((3, 40, 7, 7), dict(kernel_shape=[3, 3], pads=[1, 1, 1, 1]), "pool_blocked"),
+    ((1, 70, 14, 14), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[0, 0, 1, 1]), "pool_blocked"),
+    ((1, 33, 13, 13), dict(kernel_shape=[5, 5], strides=[3, 3], ceil_mode=1), "pool_blocked"),
+    ((1, 8, 56, 56), dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]), "pool"),  # large: separable
+])
+def test_pool_runs_on_its_kernel_and_matches(op, extra, xs, attrs, kernel, monkeypatch):
+    from onnxjit.kernels import pool as kpool
+    calls = _counted(monkeypatch, kpool, kernel)
+    check(op, [("x", _rand(xs), False)], 19 if op == "AveragePool" else 12, **attrs, **extra)
+    assert calls
+
+
 @pytest.mark.parametrize("attrs", [
     dict(kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1]),
     dict(kernel_shape=[3, 2], dilations=[2, 3], strides=[2, 1], ceil_mode=1),

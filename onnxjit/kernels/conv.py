@@ -39,7 +39,7 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import LANES, TILE, vclamp, vfma, vload, vsplat, vstore, vtranspose
+from onnxjit.kernels.simd import LANES, to_planes, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -652,7 +652,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                                       a0)
                     vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
                     j += 1
-        _to_planes(acc, nc, oplane, of, (n * n_ch + cb) * oplane, oplane)
+        to_planes(acc, nc, oplane, of, (n * n_ch + cb) * oplane, oplane)
         if z3.size > 0 or kind != IDENTITY:
             _finish_rows(out3, z3, no_bias, n, cb, cb + nc, 0, oplane, kind, act)
 
@@ -685,7 +685,7 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
     row as one sequence, go in groups of packed_gemm.MR (a last partial group computes into spare slots); per
     block of LANES output channels and pass of BROADCAST_TAPS_PER_PASS taps, each group adds every tap as one
     weight vector times the group's MR input values broadcast, MR vector accumulators held in registers and
-    kept between passes in a channels-last tile, which goes back to NCHW through `_to_planes`. That is packed_gemm's
+    kept between passes in a channels-last tile, which goes back to NCHW through `simd.to_planes`. That is packed_gemm's
     microkernel with the roles turned: the weights are the vectors, the input the broadcast side, read in place
     at each tap's offset, and the tile's width is the output channels, not the pixels (of which a 7x7 or 14x14
     plane has few).
@@ -759,27 +759,9 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
                                     hi if last else no_hi)
             m0 = mb * LANES
             nm = min(LANES, m_out - m0)
-            _to_planes(acc, nm, npx, of, (n * m_out + m0) * oh * ow + r0 * ow, oh * ow)
+            to_planes(acc, nm, npx, of, (n * m_out + m0) * oh * ow + r0 * ow, oh * ow)
             if z3.size > 0 or kind != IDENTITY:
                 _finish_rows(out3, z3, no_bias, n, m0, m0 + nm, r0 * ow, npx, kind, act)
-
-
-@njit(cache=True, nogil=True, forceinline=True)
-def _to_planes(acc, nc, npix, of, dst, plane):
-    """of[dst + c * plane + q] = acc[q * LANES + c] for channels c < nc and pixels q < npix: a channels-last tile
-    back to NCHW planes, TILE x TILE blocks turned in registers (simd.vtranspose) and stored as runs of TILE
-    pixels, the rest a plane at a time (stores contiguous, loads from L1). With 27 taps a pixel the copy weighs as
-    much as the products: a 3->64-channel 3x3 stride-2 stem over 224x224 pixels took 525 us element by element,
-    274-354 us turned in registers (two Emerald Rapids threads)."""
-    for c0 in range(0, nc, TILE):
-        q0 = 0
-        if c0 + TILE <= nc:
-            while q0 + TILE <= npix:
-                vtranspose(acc, q0 * LANES + c0, LANES, of, dst + c0 * plane + q0, plane)
-                q0 += TILE
-        for c in range(c0, min(nc, c0 + TILE)):
-            for q in range(q0, npix):
-                of[_u(dst + c * plane + q)] = acc[_u(q * LANES + c)]
 
 
 @njit(cache=True, nogil=True, forceinline=True)

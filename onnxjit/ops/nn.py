@@ -59,6 +59,14 @@ PADDED_CONV_MAX_K = 1024
 # one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75, but 30x30 (28x28)
 # 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
 DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
+# float32 2-D pools whose padded plane and output plane have at most these many pixels run channels-last
+# (kernels.pool.pool_blocked), else as separable passes (kernels.pool.pool). In-process A/B, single-op sessions, two
+# Emerald Rapids threads, separable -> channels-last (onnxruntime): 3x3 stride-1 averages over 576 planes of 14x14
+# 169-207 -> 105-112 us (61-64), over 1024 of 7x7 186-213 -> 53-54 (48-49); 3x3 max over 1024 of 7x7 127-150 ->
+# 47-50 (38-45); 3x3 stride-2 max over 576 of 14x14 109-131 -> 43-48 (32-35), over 256 of 28x28 111 -> 60 (53);
+# but 3x3 stride-1 ones over 28x28 outputs lose (480 planes 176 -> 272 us: the tiles outgrow L2)
+POOL_BLOCKED_MAX_PIXELS = 32 * 32
+POOL_BLOCKED_MAX_OUTPUTS = 16 * 16
 # float32 2-D dense convs that are neither pointwise nor Winograd's run with vectors over the output channels and
 # no im2col (kernels.conv.conv_broadcast). Two Emerald Rapids threads, same process, 4 convs reading one input
 # with their own weights (as a network streams them), broadcast / the path before (im2col GEMMs, BLAS's or
@@ -714,23 +722,29 @@ def _pool_builder(kind):
                 whole = (planes > 0 and all(o == 1 for o in o3) and all(v == 1 for v in d3)
                          and all(0 <= p3[i] and i3[i] <= k3[i] - p3[i] for i in range(3))
                          and (is_max or not cip or (not any(p3) and k3 == i3)))
+                units = planes
                 if whole:
                     site = CallSite(kpool.global_max if is_max else kpool.global_avg)
+                elif (dtype == np.float32 and i3[0] == k3[0] == padded[0] == 1
+                      and padded[1] * padded[2] <= POOL_BLOCKED_MAX_PIXELS
+                      and o3[1] * o3[2] <= POOL_BLOCKED_MAX_OUTPUTS):
+                    site = CallSite(kpool.pool_blocked)  # small planes: channels-last, LANES planes a unit
+                    units = -(-planes // LANES)
                 else:
                     site = CallSite(kpool.pool)  # types fixed by the key
                 p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, k3, s3, d3, p3, padded,
-                                  divisors, planes * math.prod(o3) * math.prod(k3), site, whole)
+                                  divisors, planes * math.prod(o3) * math.prod(k3), site, whole, units)
             return p
 
         def run(x):
-            shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole = plan(x.shape, x.dtype)
+            shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole, units = plan(x.shape, x.dtype)
             if whole:
                 y = np.empty(ys[0], dtype=x.dtype)
                 site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
                 return (y.reshape(shape),)
             y = np.empty(ys, dtype=x.dtype)
             pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
-            site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), ys[0], work)
+            site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
             return (y.reshape(shape),)
         return run
     return build
