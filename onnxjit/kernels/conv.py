@@ -39,7 +39,7 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import LANES, to_planes, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import LANES, from_planes, to_planes, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -575,8 +575,8 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 @njit(cache=True, nogil=True)
 def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images, units [u0, u1) of (image, block
-    of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit copies its channels of the input,
-    channels-last, into a zero-padded window (in L1 for a 14x14 plane), then accumulates 4 output pixels at a
+    of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit turns its channels of the input
+    channels-last (simd.from_planes) and copies them into a zero-padded window (in L1 for a 14x14 plane), then accumulates 4 output pixels at a
     time in vector registers, one vector of LANES channels each: a tap is one weight vector and four loads and
     FMAs, whatever the plane's size, stride or dilation. The result goes back to NCHW as the unit stores it.
 
@@ -595,6 +595,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     window = np.zeros(hp * wp * LANES, dtype=np.float32)  # its padding stays zero: units write the inside only
     wt = np.zeros(kh * kw * LANES, dtype=np.float32)
     acc = np.empty(oh * ow * LANES, dtype=np.float32)
+    flat = np.empty(in_h * in_w * LANES, dtype=np.float32)
     bv = np.zeros(LANES, dtype=np.float32)
     lo, hi, kind = register_clamp(kind, act, z.size > 0)
     n_blocks = -(-n_ch // LANES)
@@ -610,13 +611,11 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
         n = u // n_blocks
         cb = (u - n * n_blocks) * LANES
         nc = min(LANES, n_ch - cb)
-        src = (n * n_ch + cb) * plane - ph * in_w - pw
-        for r in range(ph, r1):  # pixel by pixel, its channels from nc streams: both sides move forward
+        from_planes(xf, (n * n_ch + cb) * plane, plane, nc, plane, flat)  # channels-last, then row by row into
+        for r in range(ph, r1):  # the window, a vector of LANES channels per pixel
+            f0 = (r - ph) * in_w - pw
             for q in range(pw, c1):
-                dst = (r * wp + q) * LANES
-                at = src + r * in_w + q
-                for c in range(nc):
-                    window[_u(dst + c)] = xf[_u(at + c * plane)]
+                vstore(window, _u((r * wp + q) * LANES), vload(flat, _u((f0 + q) * LANES)))
         for c in range(nc):
             for t in range(taps):
                 wt[t * LANES + c] = wf[(cb + c) * taps + t]
