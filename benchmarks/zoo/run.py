@@ -1,8 +1,8 @@
 """The benchmark zoo: onnxjit against onnxruntime on real architectures, one table row per model and exporter.
 
-The measurements are onnxjit.benchmarking's (as `onnxjit bench`'s). For each model (the torch ones in `models.py`, exported by `export.py` into the cache, and the nine light models
-shipped inside the onnx package, with random weights) it measures, in this process and with 2 intra-op threads for
-both runtimes:
+The measurements are onnxjit.benchmarking's (as `onnxjit bench`'s). For each model (the torch ones in `models.py`,
+exported by `export.py` into the cache, and the nine light models shipped inside the onnx package, with random
+weights) it measures, in this process and with 2 intra-op threads for both runtimes:
   ok         every output of onnxjit within rtol 1e-3, atol 1e-4 of onnxruntime's (float32); the max abs error
   latency    the median of each runtime's runs, each runtime timed in its own blocks with a rest between blocks,
              and their ratio onnxjit / onnxruntime (below 1: onnxjit is faster)

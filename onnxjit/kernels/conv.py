@@ -39,7 +39,7 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
                                          store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import LANES, from_planes, to_planes, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import LANES, into_window, to_planes, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -575,10 +575,11 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 @njit(cache=True, nogil=True)
 def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images, units [u0, u1) of (image, block
-    of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit turns its channels of the input
-    channels-last (simd.from_planes) and copies them into a zero-padded window (in L1 for a 14x14 plane), then accumulates 4 output pixels at a
-    time in vector registers, one vector of LANES channels each: a tap is one weight vector and four loads and
-    FMAs, whatever the plane's size, stride or dilation. The result goes back to NCHW as the unit stores it.
+    of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit copies its channels of the input,
+    channels-last, into a zero-padded window (simd.into_window; in L1 for a 14x14 plane), then accumulates 4
+    output pixels at a time in vector registers, one vector of LANES channels each: a tap is one weight vector
+    and four loads and FMAs, whatever the plane's size, stride or dilation. The result goes back to NCHW as the
+    unit stores it.
 
     Why: over a 7x7 or 14x14 plane conv_direct's loops are short and its copies dominate (a 3x3 conv over 960
     channels at 7x7 took 363 us on one AMD Zen 3 thread, onnxruntime 112); the channels-last kernel
@@ -611,11 +612,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
         n = u // n_blocks
         cb = (u - n * n_blocks) * LANES
         nc = min(LANES, n_ch - cb)
-        from_planes(xf, (n * n_ch + cb) * plane, plane, nc, plane, flat)  # channels-last, then row by row into
-        for r in range(ph, r1):  # the window, a vector of LANES channels per pixel
-            f0 = (r - ph) * in_w - pw
-            for q in range(pw, c1):
-                vstore(window, _u((r * wp + q) * LANES), vload(flat, _u((f0 + q) * LANES)))
+        into_window(xf, (n * n_ch + cb) * plane, plane, nc, in_w, flat, window, wp, ph, pw, r1, c1)
         for c in range(nc):
             for t in range(taps):
                 wt[t * LANES + c] = wf[(cb + c) * taps + t]

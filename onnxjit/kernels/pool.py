@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import LANES, from_planes, to_planes, vfma, vload, vmax, vsplat, vstore
+from onnxjit.kernels.simd import LANES, into_window, to_planes, vfma, vload, vmax, vsplat, vstore
 from onnxjit.kernels.views import read_only
 from onnxjit.kernels.views import u64 as _u
 
@@ -184,11 +184,11 @@ def pool(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, c0, c1):
 @njit(cache=True, nogil=True)
 def pool_blocked(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, u0, u1):
     """`pool` for float32 2-D pools over small planes, channels-last: units [u0, u1) of LANES planes (any images'
-    channels side by side). Each unit turns its planes channels-last (simd.from_planes) and copies them into a
-    padded window whose border holds pad_value (written once: units write the inside only), then takes every
-    output's window as vectors of LANES planes, one load per tap, and turns the tile back to planes
-    (simd.to_planes). Sums run in `pool`'s order (down each window column, then across the columns), so averages
-    equal its results; arguments as `pool`'s (x (planes, 1, H, W), D's kernel, stride and pads 1, 1, 0).
+    channels side by side). Each unit copies its planes channels-last into a padded window (simd.into_window)
+    whose border holds pad_value (written once: units write the inside only), then takes every output's window
+    as vectors of LANES planes, one load per tap, and turns the tile back to planes (simd.to_planes). Sums run in
+    `pool`'s order (down each window column, then across the columns), so averages equal its results; arguments
+    as `pool`'s (x (planes, 1, H, W), D's kernel, stride and pads 1, 1, 0).
 
     Why: over 7x7 and 14x14 planes `pool`'s passes are rows of a few values, mostly loop overhead; onnxruntime
     pools its NCHWc blocks as vectors of 16 channels (inception_v2's 3x3 stride-1 average pools over 576 planes
@@ -212,11 +212,7 @@ def pool_blocked(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, u0, 
     for u in range(u0, u1):
         cb = u * LANES
         nc = min(LANES, planes - cb)
-        from_planes(xf, cb * plane, plane, nc, plane, flat)  # the planes channels-last, then row by row into
-        for r in range(ph, r1):  # the window, a vector of LANES planes per pixel
-            f0 = (r - ph) * in_w - pw
-            for q in range(pw, c1):
-                vstore(window, _u((r * wp + q) * LANES), vload(flat, _u((f0 + q) * LANES)))
+        into_window(xf, cb * plane, plane, nc, in_w, flat, window, wp, ph, pw, r1, c1)
         for i in range(oh):
             for j in range(ow):
                 o = _u(((i * sh) * wp + j * sw) * LANES)

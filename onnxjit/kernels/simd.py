@@ -242,3 +242,15 @@ def from_planes(xf, src, plane, nc, npix, buf):
             for c in range(c0, min(nc, c0 + TILE)):
                 buf[_u(q * LANES + c)] = xf[_u(src + c * plane + q)]
 
+
+@njit(cache=True, nogil=True, forceinline=True)
+def into_window(xf, src, plane, nc, in_w, flat, window, wp, ph, pw, r1, c1):
+    """The planes xf[src + c * plane:] (c < nc, in_w wide) channels-last into the inside of a padded window wp
+    pixels wide (the input's pixel (0, 0) at row ph, column pw; rows [ph, r1) and columns [pw, c1) inside it; the
+    border is left as it is): `from_planes` into `flat`, then one vector of LANES channels per pixel."""
+    from_planes(xf, src, plane, nc, plane, flat)
+    for r in range(ph, r1):
+        f0 = (r - ph) * in_w - pw
+        for q in range(pw, c1):
+            vstore(window, _u((r * wp + q) * LANES), vload(flat, _u((f0 + q) * LANES)))
+
