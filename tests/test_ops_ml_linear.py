@@ -505,3 +505,68 @@ def test_sklearn_svm_regressors_and_linear_svc(data, kind):
         model = svm.LinearSVC(random_state=0).fit(x, y)
     # the regressors' sums can cancel: compare relative to the outputs' scale
     check_export(_export(model, x), x, atol=1e-5)
+
+
+# --- Scaler -> linear model in one step ------------------------------------------------------------------------
+def _scaled_model(linear_op, linear_attrs, out_elems, x_elem=T.FLOAT, x_shape=None, scaler_out=False,
+                  scale=None, offset=None):
+    """Scaler (offset, scale per feature, or one value each) then `linear_op` over X; with `scaler_out` the
+    Scaler's output is a graph output too (so the two ops cannot run as one step)."""
+    f = 4
+    scale = [0.5, 2.0, -1.5, 0.25] if scale is None else scale
+    offset = [1.0, -3.0, 0.5, 100.0] if offset is None else offset
+    outs = ["label", "Y"] if len(out_elems) == 2 else ["Y"]
+    nodes = [helper.make_node("Scaler", ["X"], ["S"], domain="ai.onnx.ml", name="scaler", scale=scale,
+                              offset=offset),
+             helper.make_node(linear_op, ["S"], outs, domain="ai.onnx.ml", name="linear", **linear_attrs)]
+    graph_outs = [helper.make_tensor_value_info(o, t, None) for o, t in zip(outs, out_elems)]
+    if scaler_out:
+        graph_outs.append(helper.make_tensor_value_info("S", T.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", x_elem, x_shape or [None, f])],
+                              graph_outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    return model
+
+
+_SCALED_CASES = [
+    ("LinearClassifier", dict(coefficients=list(np.linspace(-1, 1, 12)), intercepts=[0.1, -0.2, 0.3],
+                              classlabels_ints=[4, 5, 6], post_transform="SOFTMAX"), (T.INT64, T.FLOAT)),
+    ("LinearClassifier", dict(coefficients=[0.5, -1.0, 0.25, 2.0], intercepts=[0.1], classlabels_strings=["no", "yes"],
+                              post_transform="LOGISTIC"), (T.STRING, T.FLOAT)),
+    ("LinearRegressor", dict(coefficients=list(np.linspace(-2, 2, 8)), intercepts=[1.0, -1.0], targets=2),
+     (T.FLOAT,)),
+]
+
+
+@pytest.mark.parametrize("op,attrs,out_elems", _SCALED_CASES)
+@pytest.mark.parametrize("rows", [1, 7, 3000])
+def test_scaler_then_linear_model_is_one_step_equal_to_two(op, attrs, out_elems, rows, rng):
+    """A Scaler read only by a linear model runs with it as one kernel: the outputs match onnxruntime's and equal,
+    bit for bit, the two ops run as two steps (the Scaler's output made a graph output keeps them apart)."""
+    x = (rng.standard_normal((rows, 4)) * 50).astype(np.float32)
+    model = _scaled_model(op, attrs, out_elems)
+    sess = native_session(model)
+    assert [[n.op_type for n in s.nodes] for s in sess._compiled.steps] == [["Scaler", op]]
+    got = check(model, x)
+    apart = native_session(_scaled_model(op, attrs, out_elems, scaler_out=True))
+    assert len(apart._compiled.steps) == 2
+    for g, w in zip(got, apart.run(None, {"X": x})):
+        np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("x_elem,x_shape,x", [
+    (T.DOUBLE, [None, 4], np.linspace(-9, 9, 8).reshape(2, 4)),  # double in: the Scaler computes in double
+    (T.FLOAT, [4], np.array([3.0, -1.0, 2.5, 120.0], np.float32)),  # one row as [F]: through the two kernels
+])
+def test_scaler_then_linear_model_other_inputs(x_elem, x_shape, x):
+    op, attrs, out_elems = _SCALED_CASES[0]
+    check(_scaled_model(op, attrs, out_elems, x_elem=x_elem, x_shape=x_shape), x)
+
+
+def test_scaler_then_linear_model_one_scale_value_and_a_wrong_width(rng):
+    op, attrs, out_elems = _SCALED_CASES[0]
+    model = _scaled_model(op, attrs, out_elems, scale=[0.5], offset=[2.0])
+    check(model, rng.standard_normal((5, 4)).astype(np.float32))
+    with pytest.raises(onnxjit.InvalidArgument, match="4"):
+        native_session(model).run(None, {"X": rng.standard_normal((5, 3)).astype(np.float32)})

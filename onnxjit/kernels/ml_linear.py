@@ -106,7 +106,7 @@ def gemm_nt(a, b, c):
 
 
 @njit(**_JIT)
-def linear_rows(x, coef, bias, mode, post, rule, label_idx, raw, out, rows, b0, b1):
+def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, out, rows, b0, b1):
     """raw = x @ coef.T + bias over the row blocks [b0, b1) of `rows` rows (one BLAS GEMM per block), then per row:
 
     LINEAR_CLASSIFIER: one target: label 1 where the score is > 0, else 0; scores [1 - s, s] when `rule` (two
@@ -117,16 +117,26 @@ def linear_rows(x, coef, bias, mode, post, rule, label_idx, raw, out, rows, b0, 
       `rule` onnxruntime's ChooseClass applies before the post transform; post transform as for the scores;
     REGRESSOR: one target: PROBIT only; several: the post transform; `rule` 1: each output's sign (one-class SVM).
     x (N, F), coef (T, F), raw (N, T) float32; out is raw but for a one-target LinearClassifier, (N, 1 or 2).
+    With `offset` and `scale` (F values each; empty: none) x is first a Scaler's input: each block's rows become
+    (x - offset) * scale as Scaler's kernel rounds them (ml_preprocess.scale_rows), the pipeline in one step.
     Each step is its own loop over the block (bias, labels, transform), so the plain ones vectorize."""
     n = x.shape[0]
     t = coef.shape[0]
+    f = x.shape[1]
     flat = out.reshape(-1)
     for b in range(b0, b1):
         r0 = b * rows
         r1 = min(n, r0 + rows)
         m = r1 - r0
         y = raw[r0:r1]
-        gemm_nt(x[r0:r1], coef, y)
+        if offset.size > 0:
+            scaled = np.empty((m, f), np.float32)
+            for i in range(m):
+                for j in range(f):
+                    scaled[i, j] = (x[r0 + i, j] - offset[j]) * scale[j]
+            gemm_nt(scaled, coef, y)
+        else:
+            gemm_nt(x[r0:r1], coef, y)
         for i in range(m):
             for j in range(t):
                 y[i, j] += bias[j]

@@ -62,22 +62,34 @@ def _same_type_output(node):
 
 
 # --- Scaler ----------------------------------------------------------------------------------------------------
-@register_op("Scaler", since=1, domain=DOMAIN)
-def build_scaler(node):
+def scaler_attributes(node) -> tuple[np.ndarray, np.ndarray]:
+    """A Scaler's (offset, scale), checked (Fail naming the node)."""
     a = Attrs(node)
     scale, offset = a.floats("scale"), a.floats("offset")
     if scale.size == 0:
         a.fail("scale is required")
     if scale.size != offset.size:
         a.fail(f"scale ({scale.size} values) and offset ({offset.size}) must have the same size")
+    return offset, scale
+
+
+def scaler_columns(node, offset, scale, width: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+    """offset and scale per column of a `width`-wide input, in dtype, read-only (InvalidArgument when neither
+    one value nor one per column)."""
+    return (ro(_per_column(node, offset, width, "offset").astype(dtype)),
+            ro(_per_column(node, scale, width, "scale").astype(dtype)))
+
+
+@register_op("Scaler", since=1, domain=DOMAIN)
+def build_scaler(node):
+    offset, scale = scaler_attributes(node)
     declare_outputs(node, T.FLOAT)
     cache = {}  # (width, dtype) -> offset and scale per column in that dtype
 
     def constants(width, dtype):
         key = (width, dtype)
         if key not in cache:
-            cache[key] = (ro(_per_column(node, offset, width, "offset").astype(dtype)),
-                          ro(_per_column(node, scale, width, "scale").astype(dtype)))
+            cache[key] = scaler_columns(node, offset, scale, width, dtype)
         return cache[key]
 
     def run(x):

@@ -40,21 +40,22 @@ def builder_for(node: Node) -> Builder | None:
 # by nothing else; it returns a kernel `fn(*producer_inputs, *consumer_inputs[1:]) -> consumer outputs` that
 # computes both in one pass over memory (Softmax -> LayerNormalization), or None.
 PairBuilder = Callable[[Node, Node], "Kernel | None"]
-PAIRS: dict[tuple[str, str], PairBuilder] = {}
+PAIRS: dict[tuple[str, str, str], PairBuilder] = {}
 
 
-def register_pair(producer_op: str, consumer_op: str) -> Callable[[PairBuilder], PairBuilder]:
-    """Register a pair builder for ai.onnx producer_op -> consumer_op (any opsets; the builder checks them)."""
+def register_pair(producer_op: str, consumer_op: str, domain: str = "") -> Callable[[PairBuilder], PairBuilder]:
+    """Register a pair builder for producer_op -> consumer_op, both of `domain` (any opsets; the builder checks
+    them)."""
     def deco(build: PairBuilder) -> PairBuilder:
-        PAIRS[(producer_op, consumer_op)] = build
+        PAIRS[(domain, producer_op, consumer_op)] = build
         return build
     return deco
 
 
 def pair_builder_for(producer: Node, consumer: Node) -> PairBuilder | None:
-    if producer.domain != "" or consumer.domain != "":
+    if producer.domain != consumer.domain:
         return None
-    return PAIRS.get((producer.op_type, consumer.op_type))
+    return PAIRS.get((producer.domain, producer.op_type, consumer.op_type))
 
 
 # --- helpers builders use ------------------------------------------------------------------------------------
