@@ -12,6 +12,7 @@ import numpy as np
 from onnxjit.session.options import LEVEL_NAMES
 from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case, light_model_dir
 
+
 def time_runs(run, runs: int) -> list[float]:
     times = []
     for _ in range(runs):

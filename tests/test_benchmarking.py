@@ -98,9 +98,8 @@ def test_bench_reports_a_mismatch_and_a_failing_runtime_and_exits_1(tmp_path, ca
         return make(runtime, *a, **k)
 
     monkeypatch.setattr(benchmarking, "make_session", broken)
-    result = benchmarking.bench_model(path, {"x": np.ones((2, 8), np.float32)}, ("onnxjit", "onnxruntime",
-                                                                                  "reference"),
-                                      repeat=2, rounds=1, rest=0, rss=False)
+    result = benchmarking.bench_model(path, {"x": np.ones((2, 8), np.float32)},
+                                      ("onnxjit", "onnxruntime", "reference"), repeat=2, rounds=1, rest=0, rss=False)
     assert result.results["reference"].error == "RuntimeError: cannot load"
     assert result.results["onnxjit"].ok and result.results["onnxjit"].median_ms > 0
     assert "ERROR: RuntimeError: cannot load" in benchmarking.format_table([result])

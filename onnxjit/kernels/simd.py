@@ -253,4 +253,3 @@ def into_window(xf, src, plane, nc, in_w, flat, window, wp, ph, pw, r1, c1):
         f0 = (r - ph) * in_w - pw
         for q in range(pw, c1):
             vstore(window, _u((r * wp + q) * LANES), vload(flat, _u((f0 + q) * LANES)))
-

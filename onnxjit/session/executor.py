@@ -147,7 +147,6 @@ class CompiledGraph:
         return [o.copy() if n in self.constants and o is self.constants[n] else o
                 for n, o in zip(self.output_names, outs)]
 
-
     def _bound_kernel(self, bound: list, i: int, args: list) -> Callable:
         """Step i's kernel bound for these arguments' signatures (kept in the plan's `bound`)."""
         sig = [(a.dtype, a.shape) if type(a) is np.ndarray else value_signature(a) for a in args]
