@@ -286,15 +286,20 @@ def _model_arguments(parser) -> None:
     parser.add_argument("--providers", default="CPUExecutionProvider",
                         help="comma-separated providers in priority order (the fallback comes last on its own)")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (default: the machine's cores)")
+    parser.add_argument("--quiet", action="store_true",
+                        help="no progress bar while kernels compile (there is none when stderr is not a terminal)")
 
 
 def _session(args, **options):
     """The session `_model_arguments` describe, with these SessionOptions attributes set too."""
     import onnxjit
+    from onnxjit.providers.cpu import SHOW_PROGRESS_KEY
     so = onnxjit.SessionOptions()
     so.graph_optimization_level = LEVEL_NAMES[args.level]
     if args.threads:
         so.intra_op_num_threads = args.threads
+    if args.quiet:
+        so.add_session_config_entry(SHOW_PROGRESS_KEY, "0")
     for name, value in options.items():
         setattr(so, name, value)
     return onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))

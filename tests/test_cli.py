@@ -147,3 +147,20 @@ def test_profile_tables_per_op_type_and_step_and_writes_the_trace(tmp_path, caps
     assert abs(sum(float(row[2].rstrip("%")) for row in ops.values()) - 100) < 0.5
     events = json.loads(trace.read_text())
     assert len(events) == (3 + 1) * 2 and all(e["ph"] == "X" for e in events)  # an untimed run, then 3
+
+
+def test_quiet_turns_the_compile_progress_bar_off(tmp_path):
+    """--quiet on the commands that build a session: the session config entry that silences the compile progress
+    bar (it shows only on a terminal; under pytest stderr is not one)."""
+    import argparse
+
+    from onnxjit.cli import _session
+    from onnxjit.providers.cpu import SHOW_PROGRESS_KEY
+
+    path = tmp_path / "m.onnx"
+    _inspect_model(path, strings=False)
+    for quiet, want in ((True, "0"), (False, None)):
+        args = argparse.Namespace(model=str(path), level="all", threads=0, quiet=quiet,
+                                  providers="CPUExecutionProvider")
+        assert _session(args).get_session_options().config_entries.get(SHOW_PROGRESS_KEY) == want
+    assert main(["run", str(path), "--quiet"]) == 0
