@@ -116,11 +116,12 @@ class ConstantDerived:
 
 def ro(a):
     """A read-only view of `a` (C-contiguous): kernels then see one array type whether an input is an
-    initializer (read-only) or a computed value, and compile once per dtype."""
+    initializer (read-only) or a computed value, and compile once per dtype. (setflags, not `flags.writeable =`:
+    380 against 660 ns, once or twice per step of every run.)"""
     a = np.ascontiguousarray(a)
     if a.flags.writeable:
         a = a.view()
-        a.flags.writeable = False
+        a.setflags(write=False)
     return a
 
 
@@ -128,7 +129,7 @@ def ro_reshaped(a, shape, dtype=None):
     """ro(a.reshape(shape)) (of `a` as `dtype` where given) with one view made instead of two: a reshape is always
     a new view."""
     v = np.ascontiguousarray(a, dtype=dtype).reshape(shape)
-    v.flags.writeable = False
+    v.setflags(write=False)
     return v
 
 
