@@ -13,6 +13,7 @@ import time
 import onnx
 
 import onnxjit
+from onnxjit.providers.cpu import SHOW_PROGRESS_KEY
 from onnxjit.testing import transformer
 from onnxjit.testing.zoo import LIGHT_MODELS, light_model_case, with_random_weights
 
@@ -30,7 +31,7 @@ def model(name: str) -> onnx.ModelProto:
 def create_seconds(path: str, level: L, repeat: int) -> float:
     so = onnxjit.SessionOptions()
     so.graph_optimization_level = level
-    so.add_session_config_entry("session.onnxjit.show_progress", "0")
+    so.add_session_config_entry(SHOW_PROGRESS_KEY, "0")
     onnxjit.InferenceSession(path, so)  # fills the kernel cache
     times = []
     for _ in range(repeat):
@@ -54,7 +55,7 @@ def main():
             onnx.save(model(name), original)
             so = onnxjit.SessionOptions()
             so.optimized_model_filepath = optimized
-            so.add_session_config_entry("session.onnxjit.show_progress", "0")
+            so.add_session_config_entry(SHOW_PROGRESS_KEY, "0")
             onnxjit.InferenceSession(original, so)
             full = create_seconds(original, L.ORT_ENABLE_ALL, a.repeat)
             saved = create_seconds(optimized, L.ORT_DISABLE_ALL, a.repeat)

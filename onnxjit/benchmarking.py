@@ -137,8 +137,9 @@ def make_session(runtime: str, path: str, threads: int = 0, profile_prefix: str 
         so.log_severity_level = 3
     elif runtime == "onnxjit":
         import onnxjit
+        from onnxjit.providers.cpu import SHOW_PROGRESS_KEY
         so = onnxjit.SessionOptions()
-        so.add_session_config_entry("session.onnxjit.show_progress", "0")
+        so.add_session_config_entry(SHOW_PROGRESS_KEY, "0")
     else:
         raise ValueError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     if threads:
@@ -171,7 +172,7 @@ def timed_block(run, feeds, n: int) -> list[float]:
 _RSS_CHILD = r"""
 import sys
 import numpy as np
-runtime, path, inputs_path, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+runtime, path, inputs_path, threads, quiet_key = sys.argv[1:6]
 with np.load(inputs_path, allow_pickle=False) as z:
     feeds = {k: z[k] for k in z.files}
 if runtime == "reference":
@@ -180,10 +181,10 @@ if runtime == "reference":
 else:
     module = __import__(runtime)
     so = module.SessionOptions()
-    if threads:
-        so.intra_op_num_threads = threads
+    if int(threads):
+        so.intra_op_num_threads = int(threads)
     if runtime == "onnxjit":
-        so.add_session_config_entry("session.onnxjit.show_progress", "0")
+        so.add_session_config_entry(quiet_key, "0")
     run = module.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run
 run(None, feeds)
 run(None, feeds)
@@ -199,8 +200,9 @@ except OSError:
 def peak_rss_mb(runtime: str, path: str, inputs_path: str, threads: int = 0) -> float:
     """The peak RSS of a fresh child process that imports only `runtime`, creates the session and
     runs it twice on the feeds saved in `inputs_path` (an .npz of input name -> array)."""
-    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, runtime, path, inputs_path, str(threads)],
-                         capture_output=True, text=True, timeout=1800)
+    from onnxjit.providers.cpu import SHOW_PROGRESS_KEY  # (the child may not import onnxjit: passed in)
+    out = subprocess.run([sys.executable, "-c", _RSS_CHILD, runtime, path, inputs_path, str(threads),
+                          SHOW_PROGRESS_KEY], capture_output=True, text=True, timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{runtime} child failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     return float(out.stdout.strip().splitlines()[-1])

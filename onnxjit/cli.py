@@ -137,7 +137,7 @@ def cmd_inspect(args) -> int:
         from onnxjit.optimizer import format_counts
         print(format_counts(report))
     if not args.no_run:
-        feeds, _ = _feeds(args, sess)
+        feeds, _ = _feeds(args, sess._inputs)
         t0 = time.perf_counter()
         sess.run(None, feeds)
         shapes = ", ".join(f"{k} {list(v.shape)}" for k, v in feeds.items())
@@ -200,7 +200,7 @@ def _summary(value) -> str:
 
 def cmd_run(args) -> int:
     sess = _session(args)
-    feeds, given = _feeds(args, sess, args.seed)
+    feeds, given = _feeds(args, sess._inputs, args.seed)
     for name, value in feeds.items():
         print(f"input {name}: {'given' if name in given else 'random'} {value.dtype} {list(value.shape)}")
     t0 = time.perf_counter()
@@ -219,10 +219,9 @@ def cmd_run(args) -> int:
 def cmd_profile(args) -> int:
     import collections
     import json
-    import os
 
     warm = _session(args)
-    feeds, _ = _feeds(args, warm)
+    feeds, _ = _feeds(args, warm._inputs)
     warm.run(None, feeds)  # compiles or loads the kernels, unprofiled
     prefix = os.path.splitext(args.trace)[0] + "_" if args.trace else "onnxjit_profile_"
     sess = _session(args, enable_profiling=True, profile_file_prefix=prefix)
@@ -305,14 +304,18 @@ def _session(args, **options):
     return onnxjit.InferenceSession(args.model, so, providers=args.providers.split(","))
 
 
-def _feeds(args, sess, seed: int = 0) -> tuple[dict[str, np.ndarray], set[str]]:
-    """(the feeds: --input files, random tensors for the other inputs; the names given)."""
-    given = _given_inputs(args.input)
-    known = {a.name for a in sess.get_inputs()}
+def _feeds(args, inputs, seed: int = 0, given=None, where: str = "the model",
+           strict: bool = True) -> tuple[dict[str, np.ndarray], set[str]]:
+    """(the feeds of `inputs` (values with a name and an IR type): --input files (`given` when loaded already),
+    random tensors for the other inputs; the names given). A --input name none of the inputs has is a SystemExit,
+    unless not `strict` (bench's --input may name another model's input)."""
+    given = _given_inputs(args.input) if given is None else given
+    known = {v.name for v in inputs}
     unknown = sorted(set(given) - known)
-    if unknown:
-        raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of the model; its inputs: {sorted(known)}")
-    return {**random_feeds(sess._inputs, _dims(args.dim), seed, skip=given), **given}, set(given)
+    if unknown and strict:
+        raise SystemExit(f"onnxjit: --input names {unknown} are not inputs of {where}; its inputs: {sorted(known)}")
+    mine = {k: v for k, v in given.items() if k in known}
+    return {**random_feeds(inputs, _dims(args.dim), seed, skip=mine), **mine}, set(mine)
 
 
 def cmd_bench(args) -> int:
@@ -331,13 +334,8 @@ def cmd_bench(args) -> int:
     progress = _progress(args.quiet)
     results = []
     for i, path in enumerate(args.model):
-        known = {v.name for v in benchmarking.model_inputs(path)}
-        unknown = sorted(set(given) - known)
-        if unknown and len(args.model) == 1:
-            raise SystemExit(f"onnxjit bench: --input names {unknown} are not inputs of {path}; its inputs: "
-                             f"{sorted(known)}")
-        mine = {k: v for k, v in given.items() if k in known}
-        feeds = {**random_feeds(benchmarking.model_inputs(path), _dims(args.dim), args.seed, skip=mine), **mine}
+        feeds, _ = _feeds(args, benchmarking.model_inputs(path), args.seed, given=given, where=path,
+                          strict=len(args.model) == 1)
         name = os.path.basename(path)
         results.append(benchmarking.bench_model(
             path, feeds, runtimes, threads=args.threads, repeat=args.repeat, rounds=args.rounds, rest=args.rest,

@@ -67,8 +67,8 @@ class CompiledGraph:
         self._plans: OrderedDict[tuple, ExecutionPlan] = OrderedDict()
         self._lock = threading.Lock()
         self._binds = any(s.bind is not None for s in steps)
-        self._straight = None  # the straight-line runner, generated at the first run (see _run_straight)
-        self._straight_args: list = []
+        # the straight-line runner and each step's arguments in it, generated at the first run (see _run_straight)
+        self._straight: tuple[Callable, list] | None = None
 
     def _last_uses(self) -> list[list[str]]:
         """Names to drop after each step: intermediates past their last consumer (never outputs)."""
@@ -172,9 +172,9 @@ class CompiledGraph:
     # (as the loop's frees), and steps that bind per signature through _bound_kernel. `i` holds the running
     # step, so a failure is reported as the loop reports it.
     def _run_straight(self, feeds: dict[str, Any], outer: dict[str, Any] | None) -> list[Any]:
-        runner = self._straight
-        if runner is None:
-            runner = self._straight = self._straight_runner()
+        if self._straight is None:
+            self._straight = self._straight_runner()
+        runner, arg_vars = self._straight
         env = dict(self._overridable)
         if outer:
             env.update(outer)
@@ -189,14 +189,15 @@ class CompiledGraph:
             i = frame.f_locals.get("i") if frame is not None else None
             if i is None:  # not in a step (a value missing from the environment): as it is
                 raise
-            args = [frame.f_locals.get(v) if v else c for v, c in self._straight_args[i]]
+            args = [frame.f_locals.get(v) if v else c for v, c in arg_vars[i]]
             raise self._step_failure(i, args, e) from e
         if not self._constant_outputs:
             return outs
         return [o.copy() if n in self.constants and o is self.constants[n] else o
                 for n, o in zip(self.output_names, outs)]
 
-    def _straight_runner(self) -> Callable:
+    def _straight_runner(self) -> tuple[Callable, list]:
+        """(the generated runner, per step the (local variable or '', constant) of each argument)."""
         names: dict[str, str] = {}  # value name -> local variable
         consts: dict[str, Any] = {"_bound_kernel": self._bound_kernel}
 
@@ -255,8 +256,7 @@ class CompiledGraph:
         src = "\n".join([f"def run(env, bound{params}):", *loads, *body, f"    return [{', '.join(outs)}]", ""])
         scope: dict[str, Any] = {}
         exec(compile(src, f"<onnxjit plan of {self.graph.name or 'graph'}>", "exec"), consts, scope)
-        self._straight_args = arg_vars
-        return scope["run"]
+        return scope["run"], arg_vars
 
 
 def _frame_of(tb, code):
