@@ -28,7 +28,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-RUNTIMES = ("onnxjit", "onnxruntime", "reference")
+# a '-cuda' runtime puts CUDAExecutionProvider first (onnxjit's on numba-cuda, onnxruntime's with onnxruntime-gpu)
+RUNTIMES = ("onnxjit", "onnxjit-cuda", "onnxruntime", "onnxruntime-cuda", "reference")
 RTOL, ATOL = 1e-3, 1e-4
 FALLBACK = "FallbackExecutionProvider"
 
@@ -126,29 +127,37 @@ class ReferenceSession:
         return list(self._evaluator.run(output_names, feeds))
 
 
+def providers_of(runtime: str) -> list[str]:
+    return ["CUDAExecutionProvider", "CPUExecutionProvider"] if runtime.endswith("-cuda") else ["CPUExecutionProvider"]
+
+
 def make_session(runtime: str, path: str, threads: int = 0, profile_prefix: str | None = None):
-    """A session of `runtime` ('onnxjit', 'onnxruntime' or 'reference') over the model at `path`, on the CPU with
-    `threads` intra-op threads (0: the runtime's default)."""
+    """A session of `runtime` (one of RUNTIMES) over the model at `path`, with `threads` intra-op threads (0: the
+    runtime's default)."""
     if runtime == "reference":
         return ReferenceSession(path)
-    if runtime == "onnxruntime":
+    if runtime not in RUNTIMES:
+        raise ValueError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
+    module_name = runtime.removesuffix("-cuda")
+    if module_name == "onnxruntime":
         import onnxruntime
         so = onnxruntime.SessionOptions()
         so.log_severity_level = 3
-    elif runtime == "onnxjit":
+    else:
         import onnxjit
         from onnxjit.providers.cpu import SHOW_PROGRESS_KEY
         so = onnxjit.SessionOptions()
         so.add_session_config_entry(SHOW_PROGRESS_KEY, "0")
-    else:
-        raise ValueError(f"unknown runtime {runtime!r}; known: {', '.join(RUNTIMES)}")
     if threads:
         so.intra_op_num_threads = threads
     if profile_prefix:
         so.enable_profiling = True
         so.profile_file_prefix = profile_prefix
-    module = onnxruntime if runtime == "onnxruntime" else onnxjit
-    return module.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    module = onnxruntime if module_name == "onnxruntime" else onnxjit
+    providers = providers_of(runtime)
+    if module_name == "onnxruntime" and providers[0] not in onnxruntime.get_available_providers():
+        raise RuntimeError(f"{runtime}: this onnxruntime has no {providers[0]} (onnxruntime-gpu has)")
+    return module.InferenceSession(path, so, providers=providers)
 
 
 def fallback_nodes(sess) -> Counter:
@@ -172,20 +181,20 @@ def timed_block(run, feeds, n: int) -> list[float]:
 _RSS_CHILD = r"""
 import sys
 import numpy as np
-runtime, path, inputs_path, threads, quiet_key = sys.argv[1:6]
+runtime, path, inputs_path, threads, quiet_key, providers = sys.argv[1:7]
 with np.load(inputs_path, allow_pickle=False) as z:
     feeds = {k: z[k] for k in z.files}
 if runtime == "reference":
     from onnx.reference import ReferenceEvaluator
     run = ReferenceEvaluator(path).run
 else:
-    module = __import__(runtime)
+    module = __import__(runtime.removesuffix("-cuda"))
     so = module.SessionOptions()
     if int(threads):
         so.intra_op_num_threads = int(threads)
-    if runtime == "onnxjit":
+    if runtime.startswith("onnxjit"):
         so.add_session_config_entry(quiet_key, "0")
-    run = module.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run
+    run = module.InferenceSession(path, so, providers=providers.split(",")).run
 run(None, feeds)
 run(None, feeds)
 try:  # VmHWM, not getrusage's ru_maxrss: Linux keeps that across execve (a large parent's peak)
@@ -202,7 +211,8 @@ def peak_rss_mb(runtime: str, path: str, inputs_path: str, threads: int = 0) -> 
     runs it twice on the feeds saved in `inputs_path` (an .npz of input name -> array)."""
     from onnxjit.providers.cpu import SHOW_PROGRESS_KEY  # (the child may not import onnxjit: passed in)
     out = subprocess.run([sys.executable, "-c", _RSS_CHILD, runtime, path, inputs_path, str(threads),
-                          SHOW_PROGRESS_KEY], capture_output=True, text=True, timeout=1800)
+                          SHOW_PROGRESS_KEY, ",".join(providers_of(runtime))], capture_output=True, text=True,
+                         timeout=1800)
     if out.returncode != 0:
         raise RuntimeError(f"{runtime} child failed: {(out.stderr.strip().splitlines() or ['?'])[-1][:200]}")
     return float(out.stdout.strip().splitlines()[-1])
@@ -276,7 +286,7 @@ def bench_model(path: str, feeds: dict, runtimes=("onnxjit", "onnxruntime"), thr
             res.error = _error(e)
             continue
         sessions[runtime] = sess
-        if runtime == "onnxjit":
+        if runtime.startswith("onnxjit"):
             res.fallback_ops = dict(fallback_nodes(sess))
             res.kernels_compiled = sum(k.compiled for k in sess.kernels())
     baseline = "onnxruntime" if "onnxruntime" in runtimes else runtimes[0]

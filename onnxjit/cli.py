@@ -418,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("model", nargs="+", type=model_path, help=MODEL_HELP + "; several: one table for all")
     bench.add_argument("--compare", default="onnxruntime",
                        help="comma-separated runtimes beside onnxjit: onnxruntime, reference (onnx.reference's "
-                            "evaluator); default onnxruntime")
+                            "evaluator), onnxjit-cuda and onnxruntime-cuda (CUDAExecutionProvider first); default "
+                            "onnxruntime")
     bench.add_argument("--input", action="append", default=[], metavar="NAME=FILE.npy",
                        help="an input's value from a .npy file (inputs not given are random)")
     bench.add_argument("--dim", action="append", default=[], metavar="NAME=SIZE",

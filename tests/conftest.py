@@ -2,7 +2,13 @@
 onnxruntime (or onnx.reference) for the expected outputs, and a dtype-aware comparison."""
 from __future__ import annotations
 
-from typing import Any, Sequence
+import os
+
+# the CUDA provider's tests run on Numba's CUDA simulator unless the environment says otherwise (on a machine with a
+# GPU, NUMBA_ENABLE_CUDASIM=0 runs them there); Numba reads it when it is first imported, so before any import of it
+os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+
+from typing import Any, Sequence  # noqa: E402
 
 import numpy as np
 import onnx

@@ -1,5 +1,6 @@
 """The ONNX backend conformance suite (node, simple, pytorch-converted, pytorch-operator and light model cases)
-run through `onnxjit.backend` with the default providers.
+run through `onnxjit.backend` with the default providers (the `_cpu` variants) and with CUDAExecutionProvider
+first (the `_cuda` variants: on a GPU, or the node cases on Numba's CUDA simulator, which the tests use by default).
 
 EXPECTED_FAILURES is the one list of cases known to fail, each with its reason. It only ever shrinks: the cases
 are marked as expected failures, so one that starts passing fails the suite until it is removed from the list.
@@ -7,6 +8,7 @@ The light squeezenet (its placeholder weights make all 1000 logits equal at abou
 equal output channels rounded alike: OpenBLAS's Haswell/Zen sgemm did not, kernels.packed_gemm (its float32 convs
 now) accumulates every row in the same order.
 """
+import numba
 import numpy as np
 import onnx.backend.test
 
@@ -26,17 +28,24 @@ EXPECTED_FAILURES = {
 
 backend_test = onnx.backend.test.BackendTest(onnxjit.backend, __name__)
 for case in EXPECTED_FAILURES:
-    backend_test.xfail(f"^{case}_cpu$")
+    backend_test.xfail(f"^{case}_(cpu|cuda)$")
 
 test_cases = backend_test.test_cases
 for cls in test_cases.values():  # not generated rather than skipped: test_random_cases_draw_zeros_and_ones
     for name in [n for n in vars(cls) if n.removesuffix("_cpu").removesuffix("_cuda") in RANDOM_CASES]:
         delattr(cls, name)
 if not onnxjit.backend.supports_device("CUDA"):
-    # no CUDA device here: the suite is the CPU variants; the CUDA ones are not generated rather than skipped
+    # no CUDA provider here: the suite is the CPU variants; the CUDA ones are not generated rather than skipped
     for cls in test_cases.values():
         for name in [n for n in vars(cls) if n.endswith("_cuda")]:
             delattr(cls, name)
+elif numba.core.config.ENABLE_CUDASIM:
+    # on Numba's CUDA simulator (every CUDA thread a Python thread) the CUDA variants are the node cases: the model
+    # cases' networks would take hours there (on a GPU every variant runs)
+    for cls_name, cls in test_cases.items():
+        if cls_name != "OnnxBackendNodeModelTest":
+            for name in [n for n in vars(cls) if n.endswith("_cuda")]:
+                delattr(cls, name)
 globals().update(test_cases)
 
 

@@ -93,7 +93,32 @@ def _collapse(out_shape: tuple, in_shapes: list[tuple]) -> tuple[list[int], list
     return dims, full
 
 
-def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]]) -> KernelSpec:
+@dataclass
+class _Body:
+    """What both targets render from: the loops, the loads, the scalar body, the outputs' stores."""
+
+    loaded: list[int]
+    in_dtypes: list[np.dtype]
+    out_dtypes: list[np.dtype]
+    out_shapes: list[tuple]
+    dims: list[int]  # merged loop sizes, the kept (outer) ones first
+    full: list[list[bool]]  # per loaded input, which loops it spans
+    n_outer: int  # loops over kept dims (all of them without a reduction)
+    total: int
+    body: list[str]  # the nodes' scalar expressions, one assignment each
+    reads: list[set[str]]  # per body line, the variables it reads
+    var: dict[str, str]  # value name -> variable holding it
+    dtype_of: dict[str, np.dtype]
+    lines: list[str]  # per element of the innermost loop: loads, body, stores or the reduction's update
+    before: list[str]  # per outer index, before the reduced loops
+    after: list[str]  # per outer index, after them
+    out_index: str
+    flat_index: object  # flat_index(spans, upto) -> index expression over i0.. of an array spanning `spans`
+    size: list[str]
+    reduces: bool
+
+
+def _analyze(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]]) -> _Body:
     red = group.reduction
     red_spec = reduction_spec(red) if red is not None else None
     elementwise = group.nodes[:-1] if red is not None else group.nodes
@@ -176,6 +201,20 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
             lines.append(f"out{o}[{out_index}] = {var[name]}")
             out_shapes.append(out_shape)
 
+    return _Body(loaded, in_dtypes, out_dtypes, out_shapes, dims, full, n_outer, total, body, reads, var, dtype_of,
+                 lines, before, after, out_index, flat_index, size, red is not None)
+
+
+def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]]) -> KernelSpec:
+    """The CPU target: an @njit kernel over the units [u0, u1) of its outermost loop."""
+    g = _analyze(group, outputs, in_sigs)
+    loaded, in_dtypes, out_dtypes, out_shapes, dims, full = g.loaded, g.in_dtypes, g.out_dtypes, g.out_shapes, \
+        g.dims, g.full
+    n_outer, total, body, reads, var, dtype_of = g.n_outer, g.total, g.body, g.reads, g.var, g.dtype_of
+    lines, before, after, out_index, flat_index, size = g.lines, g.before, g.after, g.out_index, g.flat_index, \
+        g.size
+    red = group.reduction
+    rank = len(dims)
     # the outermost loop is split into units over onnxjit's threads, unless it is a reduced one
     splittable = rank > 0 and (red is None or n_outer > 0)
     parallel = total >= PARALLEL_MIN_ELEMENTS and splittable
@@ -250,6 +289,53 @@ def render(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple
     final = [np.dtype(in_sigs_final) for in_sigs_final in _final_dtypes(group, outputs)]
     return KernelSpec(name, source, loaded, in_dtypes, out_shapes, out_dtypes, final, list(dims), n_units,
                       max(total, PARALLEL_GRAIN) if parallel else 0)
+
+
+def render_cuda(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, tuple]],
+                target_tag: str = "") -> KernelSpec:
+    """The CUDA target: the same loads, body and stores as `render`, in a @cuda.jit kernel whose threads take the
+    outer (kept) indices in a grid-stride loop, each running the reduced loops itself. Launched over `n_units`
+    outer indices (see providers/cuda.py). `target_tag` names the GPU the source is for (its compute capability):
+    the artifact cache keys entries by source."""
+    g = _analyze(group, outputs, in_sigs)
+    rank = len(g.dims)
+    n_outer = g.n_outer
+    outer_total = " * ".join(g.size[:n_outer]) or "1"
+    code = [f"    for k in range(cuda.grid(1), {outer_total}, cuda.gridsize(1)):"]
+    if n_outer:
+        code.append("        r = k")
+        for d in range(n_outer - 1, 0, -1):
+            code.append(f"        i{d} = r % {g.size[d]}")
+            code.append(f"        r = r // {g.size[d]}")
+        code.append("        i0 = r")
+    code += ["        " + line for line in g.before]
+    for d in range(n_outer, rank):
+        code.append("    " * (d - n_outer + 2) + f"for i{d} in range({g.size[d]}):")
+    code += ["    " * (rank - n_outer + 2) + line for line in g.lines]
+    code += ["        " + line for line in g.after]
+    params = [f"in{j}" for j in range(len(g.loaded))] + [f"out{o}" for o in range(len(outputs))] + \
+        [f"n{d}" for d in range(rank)]
+    # device arrays are never read-only: every array argument is typed writable
+    types = [f"T.Array(T.{_numba_type(dt)}, 1, 'C')" for dt in g.in_dtypes + g.out_dtypes] + ["T.int64"] * rank
+    ops_doc = ", ".join(n.op_type for n in group.nodes)
+    source = "\n".join([
+        f"# onnxjit fused CUDA kernel over {len(group.nodes)} node(s): {ops_doc[:2000]}",
+        f"# {rank} loop(s), sizes given at run time{'; for ' + target_tag if target_tag else ''}",
+        "import math",
+        "import numpy as np",
+        "from numba import cuda",
+        "from numba import types as T",
+        "from onnxjit.kernels.cuda import scalar_math as S",
+        "from onnxjit.kernels.cuda import scalar_math as vmath",
+        "",
+        "",
+        f"@cuda.jit(T.void({', '.join(types)}), cache=CACHE)",
+        f"def kernel({', '.join(params)}):",
+        *code]) + "\n"
+    name = "cuda_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+    final = [np.dtype(dt) for dt in _final_dtypes(group, outputs)]
+    n_units = math.prod(g.dims[:n_outer])
+    return KernelSpec(name, source, g.loaded, g.in_dtypes, g.out_shapes, g.out_dtypes, final, list(g.dims), n_units, 0)
 
 
 def _vmath_calls(line: str) -> int:

@@ -60,15 +60,15 @@ class RegisteredPass:
     name: str
     level: int
     fn: Pass
-    providers: tuple[str, ...] = ()  # the pass runs only when one of these is chosen (its fused ops run there)
+    providers: tuple[str, ...] = ()  # the pass runs only when the first provider chosen is one of these
 
 
 PASSES: list[RegisteredPass] = []
 
 
 def graph_pass(level: int, name: str | None = None, providers: tuple[str, ...] = ()) -> Callable[[Pass], Pass]:
-    """Register a pass at `level`; with `providers`, it runs only when one of them is chosen (onnxruntime's
-    extended fusions are provider-aware in the same way)."""
+    """Register a pass at `level`; with `providers`, it runs only when the first provider chosen is one of them
+    (onnxruntime's extended fusions are provider-aware in the same way)."""
     def deco(fn: Pass) -> Pass:
         PASSES.append(RegisteredPass(name or fn.__name__, level, fn, tuple(providers)))
         return fn
@@ -124,8 +124,10 @@ def _run_levels(model: Model, level: int, ctx: PassContext) -> None:
     for tier in (BASIC, EXTENDED, LAYOUT):
         if level < tier:
             break
+        # a pass writing ops of one provider runs when that provider comes first: with CUDA first, the nodes are
+        # to run there, and CPU-only fused ops would pull them back to the host
         passes = [p for p in PASSES if p.level == tier
-                  and (not p.providers or any(n in ctx.providers for n in p.providers))]
+                  and (not p.providers or (ctx.providers and ctx.providers[0] in p.providers))]
         _to_fixpoint(model, passes, ctx)
         missing = _shapes_missing(model.graph) if tier == BASIC else 0
         if missing:

@@ -35,6 +35,10 @@ class Step:
     name: str = ""
     # Optional `bind(arg_signatures) -> kernel` for steps that specialize on dtypes/shapes (see ExecutionPlan).
     bind: Callable[[list], Callable[..., Sequence[Any]]] | None = None
+    # on a device provider: positions of inputs the kernel reads on the host (shapes, axes), and whether its
+    # outputs are host values (Shape of a device tensor); the session places copies accordingly
+    host_inputs: frozenset[int] = frozenset()
+    host_outputs: bool = False
 
     def __post_init__(self):
         if not self.name:

@@ -30,6 +30,8 @@ def value_signature(v: Any) -> Any:
         return ("seq", len(v), tuple(value_signature(x) for x in v[:4]))
     if v is None:
         return None
+    if hasattr(v, "shape") and hasattr(v, "dtype"):  # a device array
+        return (v.dtype, v.shape)
     return type(v).__name__
 
 
@@ -49,7 +51,8 @@ class ExecutionPlan:
 
 
 class CompiledGraph:
-    def __init__(self, graph: Graph, steps: list[Step], output_names: list[str] | None = None):
+    def __init__(self, graph: Graph, steps: list[Step], output_names: list[str] | None = None,
+                 device_constants: dict[str, Any] | None = None):
         self.graph = graph
         self.steps = steps
         self.input_names = [v.name for v in graph.inputs]
@@ -61,6 +64,7 @@ class CompiledGraph:
         # steps' arguments once (no per-run copy of every weight's name)
         self._overridable = {n: self.constants[n] for n in self.input_names if n in self.constants}
         fixed = {n: c for n, c in self.constants.items() if n not in self._overridable}
+        fixed.update(device_constants or {})  # copies of constants on a device (partition.compile_graph)
         self._args = [[(n, fixed.get(n, _FROM_ENV)) for n in s.inputs] for s in steps]
         self.frees = self._last_uses()
         self._constant_outputs = any(n in self.constants for n in self.output_names)
@@ -69,6 +73,10 @@ class CompiledGraph:
         self._binds = any(s.bind is not None for s in steps)
         # the straight-line runner and each step's arguments in it, generated at the first run (see _run_straight)
         self._straight: tuple[Callable, list] | None = None
+        # set by partition.compile_graph: the inputs some step reads on the host (a device array fed to one of
+        # these is copied to the host first), and a maker of this graph without the outputs' copies to the host
+        self.host_read_inputs: set[str] = set(self.input_names)
+        self.without_output_copies: Callable[[], "CompiledGraph"] | None = None
 
     def _last_uses(self) -> list[list[str]]:
         """Names to drop after each step: intermediates past their last consumer (never outputs)."""
@@ -271,6 +279,8 @@ def _frame_of(tb, code):
 def _describe(a: Any) -> str:
     if isinstance(a, np.ndarray):
         return f"{a.dtype}{list(a.shape)}"
+    if hasattr(a, "shape") and hasattr(a, "dtype"):
+        return f"{a.dtype}{list(a.shape)} on a device"
     if isinstance(a, list):
         return f"sequence of {len(a)}"
     return type(a).__name__

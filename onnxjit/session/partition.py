@@ -63,6 +63,10 @@ def compile_graph(graph: Graph, providers: Sequence[ExecutionProvider], compiler
     steps: list[Step] = []
     device_of: dict[str, ExecutionProvider | None] = {}  # None: on the host
     copies: dict[tuple[str, str], str] = {}  # (value, device) -> name of its copy there
+    # constants a device reads are copied there once, now: their copies are constants of the compiled graph
+    overridable = {v.name for v in graph.inputs}
+    fixed = {n for n in graph.initializers if n not in overridable}
+    device_constants: dict[str, object] = {}
 
     def located(name: str, want: ExecutionProvider | None) -> str:
         have = device_of.get(name)
@@ -73,15 +77,31 @@ def compile_graph(graph: Graph, providers: Sequence[ExecutionProvider], compiler
         key = (name, want_dev)
         if key not in copies:
             copies[key] = f"{name}@{want_dev}"
-            steps.append(_copy_step(name, have, want, copies[key]))
+            if name in fixed and have is None:
+                device_constants[copies[key]] = want.from_host(graph.initializers[name].const)
+            else:
+                steps.append(_copy_step(name, have, want, copies[key]))
             device_of[copies[key]] = want
         return copies[key]
 
     for provider, nodes in assign(graph, providers):
         for step in provider.compile(nodes, compiler):
-            step.inputs = [located(n, provider) for n in step.inputs]
+            step.inputs = [located(n, None if k in step.host_inputs else provider) for k, n in enumerate(step.inputs)]
             steps.append(step)
             for n in step.outputs:
-                device_of[n] = provider
+                device_of[n] = None if step.host_outputs else provider
+    # what a run that leaves its outputs where they were computed (IOBinding to a device) runs: the steps before
+    # the outputs' copies to the host
+    computed = len(steps)
+    device_outputs = [v.name for v in graph.outputs]
     output_names = [located(v.name, None) for v in graph.outputs]
-    return CompiledGraph(graph, steps, output_names)
+    compiled = CompiledGraph(graph, steps, output_names, device_constants)
+    compiled.host_read_inputs = {n for s in steps if s.provider != "copy" for k, n in enumerate(s.inputs)
+                                 if n and (k in s.host_inputs or _host_step(s, providers))} | set(output_names)
+    compiled.without_output_copies = lambda: CompiledGraph(graph, steps[:computed], device_outputs, device_constants)
+    return compiled
+
+
+def _host_step(step: Step, providers: Sequence[ExecutionProvider]) -> bool:
+    provider = next((p for p in providers if p.name == step.provider), None)
+    return provider is None or provider.device == HOST

@@ -20,7 +20,7 @@ from onnxjit.ir.types import (MapType, OptionalType, SequenceType, SparseTensorT
                               elem_type_of, shape_list, type_string)
 from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionProvider
 from onnxjit.session.executor import CompiledGraph
-from onnxjit.session.iobinding import IOBinding, OrtValue
+from onnxjit.session.iobinding import IOBinding, OrtValue, is_device_value
 from onnxjit.session.loader import check_versions, checker_complaint, load_model_proto
 from onnxjit.worker_pool import thread_count
 from onnxjit.optimizer import OptimizationReport, OptimizerError, optimize
@@ -57,8 +57,8 @@ class ModelMetadata:
 
 
 def get_available_providers() -> list[str]:
-    """Providers that can run on this machine, in default priority order."""
-    return [name for name, cls in PROVIDERS.items() if cls.is_available()]
+    """Providers that can run on this machine, in onnxruntime's priority order (CUDA before CPU)."""
+    return [name for name in KNOWN_PROVIDER_NAMES if name in PROVIDERS and PROVIDERS[name].is_available()]
 
 
 def get_all_providers() -> list[str]:
@@ -71,7 +71,8 @@ def get_device() -> str:
 
 def _normalize_providers(providers, provider_options) -> list[tuple[str, dict[str, str]]]:
     if providers is None or len(providers) == 0:
-        return [(n, {}) for n in get_available_providers() if n != FALLBACK]
+        # the host providers: a GPU is used when asked for, so a script written for the CPU runs as it did
+        return [(n, {}) for n in get_available_providers() if n != FALLBACK and PROVIDERS[n].device == "cpu"]
     if provider_options is not None and len(provider_options) != len(providers):
         raise ValueError("'providers' and 'provider_options' should be the same length if both are given")
     result: list[tuple[str, dict[str, str]]] = []
@@ -158,6 +159,8 @@ class InferenceSession:
         self._profile_lock = threading.Lock()
         self._profile_start = time.perf_counter()
         self._threads = int(so.intra_op_num_threads or 0)
+        self._device_feeds: set[str] = set()  # inputs a device array was fed to
+        self._compiled_on_device: CompiledGraph | None = None  # without the outputs' copies (_run_bound)
 
     # --- compiling --------------------------------------------------------------------------------------------
     def compile_subgraph(self, graph: Graph) -> CompiledGraph:
@@ -207,19 +210,45 @@ class InferenceSession:
             if missing:
                 raise InvalidArgument(f"Invalid output name(s) {missing}; the model's outputs are {known}")
             wanted = list(output_names)
-        feeds = self._check_feeds(input_feed)
-        if self._threads > 0:
-            _set_num_threads(self._threads)
-        should_stop = (lambda: run_options.terminate) if run_options is not None else None
-        profile = [] if self._profile is not None else None
-        values = self._compiled.run(feeds, profile=profile, should_stop=should_stop)
-        if profile:
-            with self._profile_lock:
-                self._profile.extend(profile)
+        values = self._run_compiled(self._compiled, self._check_feeds(input_feed), run_options)
         if wanted is None:
             return [_to_output(v) for v in values]
         by_name = dict(zip(known, values))
         return [_to_output(by_name[n]) for n in wanted]
+
+    def _run_compiled(self, compiled: CompiledGraph, feeds: dict[str, Any], run_options: RunOptions | None):
+        if self._device_feeds:
+            # a device array fed to an input some host step reads: that step gets a host copy
+            for name in self._device_feeds.intersection(feeds).intersection(compiled.host_read_inputs):
+                if is_device_value(feeds[name]):
+                    from onnxjit.kernels.cuda.device import copy_to_host
+                    feeds[name] = copy_to_host(feeds[name])
+        if self._threads > 0:
+            _set_num_threads(self._threads)
+        should_stop = (lambda: run_options.terminate) if run_options is not None else None
+        profile = [] if self._profile is not None else None
+        values = compiled.run(feeds, profile=profile, should_stop=should_stop)
+        if profile:
+            with self._profile_lock:
+                self._profile.extend(profile)
+        return values
+
+    def _run_bound(self, names: list[str], input_feed: dict[str, Any], run_options: RunOptions | None,
+                   on_device: set[str]) -> list[Any]:
+        """IOBinding's run: the outputs in `on_device` are left on the CUDA device (as device arrays)."""
+        if not on_device:
+            return self.run(names, input_feed, run_options)
+        cuda = next((p for p in self._providers if p.device == "cuda"), None)
+        if cuda is None:
+            raise InvalidArgument(f"outputs {sorted(on_device)} are bound to 'cuda' but the session does not use "
+                                  f"CUDAExecutionProvider (its providers: {self._used})")
+        with self._profile_lock:
+            if self._compiled_on_device is None:
+                self._compiled_on_device = self._compiled.without_output_copies()
+        values = self._run_compiled(self._compiled_on_device, self._check_feeds(input_feed), run_options)
+        by_name = dict(zip(self._output_names, values))
+        return [cuda.from_host(by_name[n]) if n in on_device else _to_output(cuda.to_host(by_name[n]))
+                for n in names]
 
     def io_binding(self) -> IOBinding:
         return IOBinding(self)
@@ -229,7 +258,7 @@ class InferenceSession:
 
     def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, OrtValue],
                             run_options: RunOptions | None = None) -> list[OrtValue]:
-        feeds = {k: v.numpy() if isinstance(v, OrtValue) else v for k, v in input_dict_ort_values.items()}
+        feeds = {k: v.value() if isinstance(v, OrtValue) else v for k, v in input_dict_ort_values.items()}
         return [OrtValue(v) for v in self.run(output_names, feeds, run_options)]
 
     def _check_feeds(self, input_feed: dict[str, Any]) -> dict[str, Any]:
@@ -247,6 +276,8 @@ class InferenceSession:
                                                  self._sess_options.free_dimension_overrides)
             if checked is value and type(value) is np.ndarray:
                 accepted[name] = (value.dtype, value.shape)
+            elif is_device_value(checked):
+                self._device_feeds.add(name)
         missing = [v.name for v in self._inputs if v.name not in feeds]
         if missing:
             raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(feeds)})")
@@ -312,6 +343,8 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
     if isinstance(t, (TensorType, SparseTensorType)):
         if isinstance(value, np.generic):
             value = np.asarray(value)
+        if isinstance(t, TensorType) and is_device_value(value):
+            return _check_device_value(what, value, t, overrides)
         if not isinstance(value, np.ndarray):
             raise InvalidArgument(f"{what}: expected a numpy array of {type_string(t)}"
                                   f"{_shape_text(t.shape)}, got {type(value).__name__}")
@@ -335,6 +368,26 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
                                           f"Expected: {want} (expected shape {list(t.shape)}, got "
                                           f"{list(value.shape)})")
         return value
+    return value
+
+
+def _check_device_value(what: str, value: Any, t: TensorType, overrides: dict[str, int]) -> Any:
+    """A CUDA array fed as it is (a Numba device array over its memory), checked as a numpy array would be."""
+    from onnxjit.kernels.cuda.device import as_device_array
+    value = as_device_array(value)
+    given = elem_type_of(np.dtype(value.dtype))
+    if given != t.elem_type:
+        raise InvalidArgument(f"{what}: Unexpected input data type. Actual: ({type_string(TensorType(given))}) "
+                              f", expected: ({type_string(t)})")
+    if t.shape is not None:
+        if value.ndim != len(t.shape):
+            raise InvalidArgument(f"{what}: Invalid rank. Got: {value.ndim} (shape {list(value.shape)}), "
+                                  f"expected: {len(t.shape)} (shape {list(t.shape)})")
+        for axis, (want, got) in enumerate(zip(t.shape, value.shape)):
+            want = overrides.get(want, want) if isinstance(want, str) else want
+            if isinstance(want, int) and want >= 0 and want != got:
+                raise InvalidArgument(f"{what}: Got invalid dimensions. index: {axis} Got: {got} Expected: {want} "
+                                      f"(expected shape {list(t.shape)}, got {list(value.shape)})")
     return value
 
 
