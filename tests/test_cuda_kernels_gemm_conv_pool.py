@@ -88,7 +88,8 @@ def check(op, inputs, attrs=None, rtol=None, atol=None, reference=False):
     got = device().to_host(outs[0])
     assert got.shape == expected.shape and got.dtype == expected.dtype
     f32 = expected.dtype == np.float32
-    np.testing.assert_allclose(got, expected, rtol=rtol or (1e-4 if f32 else 1e-10), atol=atol or (1e-5 if f32 else 1e-12))
+    np.testing.assert_allclose(got, expected, rtol=rtol or (1e-4 if f32 else 1e-10),
+                               atol=atol or (1e-5 if f32 else 1e-12))
     return got
 
 
@@ -193,7 +194,8 @@ def test_max_pool(xs, attrs):
     ((2, 3, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}),
     ((2, 3, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "count_include_pad": 1}),
     ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1}),
-    ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 0, 1, 1], "count_include_pad": 1}),
+    ((1, 2, 7, 8), {"kernel_shape": [3, 3], "strides": [2, 2], "ceil_mode": 1, "pads": [1, 0, 1, 1],
+                    "count_include_pad": 1}),
     ((1, 2, 8, 8), {"kernel_shape": [2, 3], "strides": [1, 2], "pads": [0, 1, 1, 0]}),
     ((1, 2, 7, 7), {"kernel_shape": [3, 3], "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((2, 3, 10), {"kernel_shape": [3], "strides": [2], "pads": [1, 1], "count_include_pad": 1}),  # 1-D

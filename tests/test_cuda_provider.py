@@ -81,6 +81,19 @@ def test_fused_elementwise_broadcast_and_reduction_groups(rng):
     _close(sess.run(None, feeds), ort_run(model, feeds))
 
 
+@pytest.mark.parametrize("op", ["Round", "Sign", "Floor", "Ceil", "Sqrt", "Exp", "Log", "Softplus", "Asinh"])
+def test_fused_math_edge_values(op):
+    # the CUDA target's own versions of numpy's and vmath's functions (numba-cuda compiles no numpy ufunc)
+    x = np.array([-np.inf, -2.5, -1.5, -0.5, -0.0, 0.0, 0.5, 1.5, 2.5, 3.7, 1e30, np.inf, np.nan], np.float32)
+    model = make_model([helper.make_node(op, ["x"], ["y"])], [tensor("x", T.FLOAT, [x.size])],
+                       [tensor("y", T.FLOAT, [x.size])])
+    sess = onnxjit.InferenceSession(model.SerializeToString(), providers=CUDA)
+    assert sess.kernels()[0].provider == "CUDAExecutionProvider"
+    got, want = sess.run(None, {"x": x})[0], ort_run(model, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, equal_nan=True)
+    assert (np.signbit(got) == np.signbit(want))[np.isfinite(want) & (want == 0)].all()
+
+
 def _cnn(rng, c=8, side=16):
     """Conv 3x3 + BatchNormalization + Relu + MaxPool 2x2 over c channels of side x side."""
     w = numpy_helper.from_array(rng.standard_normal((c, c, 3, 3)).astype(np.float32) * 0.2, "w")

@@ -321,10 +321,10 @@ def render_cuda(group: Group, outputs: list[str], in_sigs: list[tuple[np.dtype, 
     source = "\n".join([
         f"# onnxjit fused CUDA kernel over {len(group.nodes)} node(s): {ops_doc[:2000]}",
         f"# {rank} loop(s), sizes given at run time{'; for ' + target_tag if target_tag else ''}",
-        "import math",
-        "import numpy as np",
         "from numba import cuda",
         "from numba import types as T",
+        "# numpy's, vmath's and fuser/scalar.py's names as device functions (numba-cuda compiles no numpy ufunc)",
+        "from onnxjit.kernels.cuda import scalar_math as np",
         "from onnxjit.kernels.cuda import scalar_math as S",
         "from onnxjit.kernels.cuda import scalar_math as vmath",
         "",
@@ -400,6 +400,7 @@ def _staged_loops(stages, body, reads, tile_offsets, spans_inner, out_vars, var_
                 code.append(inner + f"s{k}[j] = {t}")
             code += [inner + f"o{o}[j] = {t}" for o, v in enumerate(out_vars) if v == t]
     return code
+
 
 def compute_dtype_of(dtype) -> np.dtype:
     dtype = np.dtype(dtype)

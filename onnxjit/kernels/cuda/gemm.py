@@ -255,8 +255,8 @@ def tiled_kernel(dtype: str, tiling: str, variant: str):
     src = _kernel_source(t, variant)
     filename = f"<onnxjit.kernels.cuda.gemm {variant} {tiling} {dtype}>"
     linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)  # tracebacks show the source
-    env = {"cuda": cuda, "u64": numba.uint64, "nbt": numba.from_dtype(np.dtype(dtype)), "BM": t.bm, "BN": t.bn, "BK": t.bk, "TX": t.tx, "NT": t.nt,
-               "A_COLS": t.a_cols, "A_SIZE": t.bk * t.a_cols, "B_SIZE": t.bk * t.bn}
+    env = {"cuda": cuda, "u64": numba.uint64, "nbt": numba.from_dtype(np.dtype(dtype)), "BM": t.bm, "BN": t.bn,
+           "BK": t.bk, "TX": t.tx, "NT": t.nt, "A_COLS": t.a_cols, "A_SIZE": t.bk * t.a_cols, "B_SIZE": t.bk * t.bn}
     exec(compile(src, filename, "exec"), env)  # noqa: S102 - our own generated source
     regs = MAX_REGISTERS.get(tiling)
     return cuda.jit(env["kernel"], **({"max_registers": regs} if regs and not SIMULATED else {}))

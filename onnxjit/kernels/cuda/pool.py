@@ -1,10 +1,11 @@
 """Pooling on the CUDA provider (float32/float64): MaxPool (its first output only) and AveragePool over 1 or 2
 spatial dims (a 1-D pool is a 2-D one of height 1), GlobalAveragePool and GlobalMaxPool over any spatial rank.
 
-MaxPool / AveragePool: one thread per output element over its window, a block a tile of output pixels of one plane. Output sizes, pads and
-auto_pad come from the CPU provider's onnxjit.ops.nn.pool_geometry (onnxruntime's rules, ceil_mode included); an
-average divides by the taps inside the input, or with count_include_pad by the taps up to the end of the tail
-padding (as onnxruntime: a ceil_mode window that passes the padding counts only what it covers of it).
+MaxPool / AveragePool: one thread per output element over its window, a block a tile of output pixels of one
+plane. Output sizes, pads and auto_pad come from the CPU provider's onnxjit.ops.nn.pool_geometry (onnxruntime's
+rules, ceil_mode included); an average divides by the taps inside the input, or with count_include_pad by the
+taps up to the end of the tail padding (as onnxruntime: a ceil_mode window that passes the padding counts only
+what it covers of it).
 Global pools: small planes one thread per plane, larger ones one block per plane reducing in shared memory.
 """
 from __future__ import annotations
