@@ -273,3 +273,12 @@ def test_device_outputs_need_the_cuda_provider():
     io.bind_output("y", "cuda")
     with pytest.raises(onnxjit.InvalidArgument, match="bound to 'cuda'.*CUDAExecutionProvider"):
         sess.run_with_iobinding(io)
+
+
+def test_gather_with_constant_indices_out_of_range_raises(rng):
+    idx = numpy_helper.from_array(np.array([0, 5], np.int64), "idx")
+    model = make_model([helper.make_node("Gather", ["x", "idx"], ["y"], axis=0)], [tensor("x", T.FLOAT, [3, 2])],
+                       [tensor("y", T.FLOAT, [2, 2])], initializers=[idx])
+    sess = onnxjit.InferenceSession(model.SerializeToString(), providers=CUDA)
+    with pytest.raises(onnxjit.RuntimeException, match=r"CUDAExecutionProvider.*Gather.*idx=5.*\[-3,2\]"):
+        sess.run(None, {"x": rng.standard_normal((3, 2), dtype=np.float32)})

@@ -71,8 +71,10 @@ def get_device() -> str:
 
 def _normalize_providers(providers, provider_options) -> list[tuple[str, dict[str, str]]]:
     if providers is None or len(providers) == 0:
-        # the host providers: a GPU is used when asked for, so a script written for the CPU runs as it did
-        return [(n, {}) for n in get_available_providers() if n != FALLBACK and PROVIDERS[n].device == "cpu"]
+        # the host providers: a GPU is used when asked for, so a script written for the CPU runs as it did (and
+        # no device provider is asked whether it is available: that imports its toolkit)
+        return [(n, {}) for n in KNOWN_PROVIDER_NAMES if n != FALLBACK and n in PROVIDERS
+                and PROVIDERS[n].device == "cpu" and PROVIDERS[n].is_available()]
     if provider_options is not None and len(provider_options) != len(providers):
         raise ValueError("'providers' and 'provider_options' should be the same length if both are given")
     result: list[tuple[str, dict[str, str]]] = []

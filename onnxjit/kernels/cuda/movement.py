@@ -15,7 +15,8 @@ Unsqueeze and Identity return views of their C-contiguous input, no kernel.
 Builders decline (None) an input whose type is unknown or not a fixed-size numeric/bool tensor (strings,
 bfloat16, float8, int4, complex, sequences), Gather indices that are not int32/int64, a Pad mode the opset does
 not define, a known rank above MAXR where a kernel runs, and the attribute forms the CPU provider declines too.
-Gather indices out of range cannot raise on the device: their output rows are zeros (onnxruntime raises).
+Gather indices out of range raise when the indices are a constant (checked on the host); computed ones cannot
+raise on the device: their output rows are zeros (onnxruntime raises).
 """
 from __future__ import annotations
 
@@ -349,6 +350,10 @@ def build_gather(node, device):
     if it is None or it.elem_type not in INDEX_TYPES:
         return None
     axis = int(attr(node, "axis", 0))
+    # constant indices (embedding lookups, the usual case) are checked on the host as onnxruntime checks them;
+    # others cannot raise on the device (their out-of-range rows are zeros)
+    const = node.inputs[1].const
+    span = (int(const.min()), int(const.max())) if const is not None and const.size else None
 
     def run(data, indices):
         shape = _shape(data)
@@ -356,6 +361,10 @@ def build_gather(node, device):
         if not -r <= axis < r:
             raise ValueError(f"Gather: axis {axis} is out of range for an input of rank {r}")
         a = axis + r if axis < 0 else axis
+        if span is not None and not (-shape[a] <= span[0] and span[1] < shape[a]):
+            bad = span[0] if span[0] < -shape[a] else span[1]
+            raise ValueError(f"Gather: indices element out of data bounds, idx={bad} must be within the inclusive "
+                             f"range [{-shape[a]},{shape[a] - 1}] (axis {axis} of data of shape {list(shape)})")
         ishape = _shape(indices)
         out_shape = shape[:a] + ishape + shape[a + 1:]
         out = device.empty(out_shape, data.dtype)
