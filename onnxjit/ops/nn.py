@@ -675,30 +675,41 @@ def build_nhwc_conv(node):
 
 
 # --- pooling ---------------------------------------------------------------------------------------------------
+def pool_attributes(node, max_rank: int):
+    """(auto_pad, kernel, strides, dilations, pads, ceil_mode, count_include_pad) of a MaxPool / AveragePool node
+    over at most `max_rank` spatial dims, or None when they are not valid for its input's rank."""
+    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    kernel = attr(node, "kernel_shape")
+    if auto_pad not in AUTO_PADS or not kernel or not 1 <= len(kernel) <= max_rank:
+        return None
+    r = len(kernel)
+    kernel = [int(k) for k in kernel]
+    rk = rank_of(node, 0)
+    if rk is not None and rk != r + 2:
+        return None
+    strides = _ints(attr(node, "strides"), r, 1)
+    dilations = _ints(attr(node, "dilations"), r, 1)
+    pads = _ints(attr(node, "pads"), 2 * r, 0)
+    ceil_mode = int(attr(node, "ceil_mode", 0))
+    cip = int(attr(node, "count_include_pad", 0)) != 0
+    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r:
+        return None
+    if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
+        return None
+    return auto_pad, kernel, strides, dilations, pads, ceil_mode, cip
+
+
 def _pool_builder(kind):
     def build(node):
         if len(node.inputs) != 1 or float_type(node, (0,)) is None:
             return None
         if kind == "max" and (wanted_outputs(node) != 1 or int(attr(node, "storage_order", 0)) != 0):
             return None  # the Indices output (and column-major indices) are left to the fallback
-        auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
-        kernel = attr(node, "kernel_shape")
-        if auto_pad not in AUTO_PADS or not kernel or not 1 <= len(kernel) <= 3:
+        attrs = pool_attributes(node, 3)
+        if attrs is None:
             return None
+        auto_pad, kernel, strides, dilations, pads, ceil_mode, cip = attrs
         r = len(kernel)
-        kernel = [int(k) for k in kernel]
-        rk = rank_of(node, 0)
-        if rk is not None and rk != r + 2:
-            return None
-        strides = _ints(attr(node, "strides"), r, 1)
-        dilations = _ints(attr(node, "dilations"), r, 1)
-        pads = _ints(attr(node, "pads"), 2 * r, 0)
-        ceil_mode = int(attr(node, "ceil_mode", 0))
-        cip = int(attr(node, "count_include_pad", 0)) != 0
-        if len(strides) != r or len(dilations) != r or len(pads) != 2 * r:
-            return None
-        if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
-            return None
         cache = {}
         is_max = kind == "max"
 

@@ -20,8 +20,7 @@ from numba import cuda
 from onnxjit.kernels.cuda.conv import plane_launch
 from onnxjit.kernels.cuda.device import SIMULATED, launch_1d
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.nn import AUTO_PADS, _ints, float_type, pool_geometry, rank_of, wanted_outputs
-from onnxjit.ops.registry import attr
+from onnxjit.ops.nn import float_type, pool_attributes, pool_geometry, rank_of, wanted_outputs
 
 REDUCE_THREADS = 32 if SIMULATED else 256  # threads of a global pool's block per plane (a power of two)
 SMALL_PLANE = 64  # planes of at most this many elements: one thread each
@@ -179,24 +178,11 @@ def _pool_builder(is_max):
             return None  # the Indices output: left to the next provider
         if any(name not in (_MAX_ATTRS if is_max else _AVG_ATTRS) for name in node.attributes):
             return None
-        auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
-        kernel = attr(node, "kernel_shape")
-        if auto_pad not in AUTO_PADS or not kernel or len(kernel) not in (1, 2):
+        attrs = pool_attributes(node, 2)
+        if attrs is None:
             return None
+        auto_pad, kernel, strides, dilations, pads, ceil_mode, cip = attrs
         r = len(kernel)
-        kernel = [int(v) for v in kernel]
-        rk = rank_of(node, 0)
-        if rk is not None and rk != r + 2:
-            return None
-        strides = _ints(attr(node, "strides"), r, 1)
-        dilations = _ints(attr(node, "dilations"), r, 1)
-        pads = _ints(attr(node, "pads"), 2 * r, 0)
-        ceil_mode = int(attr(node, "ceil_mode", 0))
-        cip = int(attr(node, "count_include_pad", 0)) != 0
-        if len(strides) != r or len(dilations) != r or len(pads) != 2 * r:
-            return None
-        if min(kernel) < 1 or min(strides) < 1 or min(dilations) < 1 or min(pads) < 0:
-            return None
         cache = {}
 
         def plan(xs, dtype):

@@ -13,6 +13,7 @@ import types
 import numpy as _np
 from numba import cuda
 
+from onnxjit.fuser import scalar as _cpu
 from onnxjit.kernels.cuda.device import SIMULATED
 
 # numpy's scalar types (a call is a cast in a kernel) and constants, as the CPU target's sources use them
@@ -179,48 +180,17 @@ def erf(x):
 
 
 # --- fuser/scalar.py's names ----------------------------------------------------------------------------------
-@cuda.jit(device=True)
-def idiv(a, b):
-    """Integer division truncating toward zero (C, and onnxruntime), not Python's floor division."""
-    q = a // b
-    if (a % b != 0) and ((a < 0) != (b < 0)):
-        q += 1
-    return q
+# the same Python functions as the CPU target's, compiled for the device; those calling numpy (pymod) or another
+# helper (ifmod) are written here
+_device = cuda.jit(device=True)
+idiv, ipow, fmax, fmin, shift_left, shift_right = (
+    _device(f.py_func) for f in (_cpu.idiv, _cpu.ipow, _cpu.fmax, _cpu.fmin, _cpu.shift_left, _cpu.shift_right))
 
 
 @cuda.jit(device=True)
 def ifmod(a, b):
+    """C fmod on integers: the remainder takes the sign of the dividend."""
     return a - b * idiv(a, b)
-
-
-@cuda.jit(device=True)
-def ipow(a, b):
-    if b < 0:
-        if a == 1:
-            return a
-        if a == -1:
-            return a if (-b) % 2 else -a
-        return a * 0
-    result = a * 0 + 1
-    base = a
-    e = b
-    while e > 0:
-        if e & 1:
-            result = result * base
-        base = base * base
-        e >>= 1
-    return result
-
-
-@cuda.jit(device=True)
-def fmax(a, b):
-    """max that propagates NaN, as numpy.maximum and onnxruntime's Max."""
-    return a if (a > b or a != a) else b
-
-
-@cuda.jit(device=True)
-def fmin(a, b):
-    return a if (a < b or a != a) else b
 
 
 @cuda.jit(device=True)
@@ -233,15 +203,3 @@ def pymod(a, b):
     else:
         m = math.copysign(m * 0, b)
     return m
-
-
-@cuda.jit(device=True)
-def shift_left(a, b, bits):
-    return a * 0 if (b < 0 or b >= bits) else a << b
-
-
-@cuda.jit(device=True)
-def shift_right(a, b, bits):
-    if b < 0 or b >= bits:
-        return a * 0 - 1 if a < 0 else a * 0
-    return a >> b
