@@ -146,6 +146,16 @@ for _v in (1, 13, 21, 23, 24, 25):
 
 
 # --- Split -----------------------------------------------------------------------------------------------------
+def split_attributes(node):
+    """(axis, the `split` attribute, num_outputs or None, whether `split` comes as an input) of a Split node."""
+    split_attr = [int(s) for s in attr(node, "split", [])] if node.opset < 13 else []
+    num_outputs = attr(node, "num_outputs") if node.opset >= 18 else None
+    # Split-1 and Split-13+ take `split` as an optional input. Split-18 with neither `split` nor num_outputs (the
+    # spec wants one) splits equally as onnxruntime's kernel does, where onnxruntime's loader lets it through
+    return (int(attr(node, "axis", 0)), split_attr, None if num_outputs is None else int(num_outputs),
+            node.opset >= 13 or node.opset < 2)
+
+
 def split_sizes(dim: int, n: int, split: list[int] | None, num_outputs: int | None) -> list[int]:
     if split:
         sizes = split
@@ -171,13 +181,7 @@ def build_split(node):
     if not _tensor_inputs(node) or not node.outputs:
         return None
     n = len(node.outputs)
-    axis = int(attr(node, "axis", 0))
-    split_attr = [int(s) for s in attr(node, "split", [])] if node.opset < 13 else []
-    num_outputs = attr(node, "num_outputs") if node.opset >= 18 else None
-    num_outputs = None if num_outputs is None else int(num_outputs)
-    # Split-1 and Split-13+ take `split` as an optional input. Split-18 with neither `split` nor num_outputs (the
-    # spec wants one) splits equally as onnxruntime's kernel does, where onnxruntime's loader lets it through
-    split_input = node.opset >= 13 or node.opset < 2
+    axis, split_attr, num_outputs, split_input = split_attributes(node)
 
     def run(x, split=None):
         a = _axis(axis, x.ndim, "Split")

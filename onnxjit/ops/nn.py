@@ -180,6 +180,19 @@ def _shape5(shape, r):
     return shape[:2] + (1,) * (3 - r) + shape[2:]
 
 
+def conv_kernel_of(xs, ws, r: int, kernel_attr, group: int) -> list[int]:
+    """The kernel's spatial shape from W, after checking X and W against the node's rank, kernel_shape and group
+    (ValueError naming the mismatch)."""
+    if len(xs) != r + 2 or len(ws) != r + 2:
+        raise ValueError(f"Conv: X {xs} and W {ws} must both have rank {r + 2}")
+    kernel = list(ws[2:])
+    if kernel_attr is not None and kernel_attr != kernel:
+        raise ValueError(f"Conv: kernel_shape {kernel_attr} does not match W {ws}")
+    if xs[1] != ws[1] * group or ws[0] % group:
+        raise ValueError(f"Conv: X {xs} and W {ws} do not fit group={group}")
+    return kernel
+
+
 def conv_geometry(in_sizes, kernel, strides, dilations, pads, auto_pad):
     """onnxruntime's Conv output sizes and head pads; auto_pad SAME uses the dilated kernel (the ONNX spec)."""
     out, head = [], []
@@ -341,13 +354,7 @@ def build_conv(node):
         p = cache.get(key)
         if p is not None:
             return p
-        if len(xs) != r + 2 or len(ws) != r + 2:
-            raise ValueError(f"Conv: X {xs} and W {ws} must both have rank {r + 2}")
-        kernel = list(ws[2:])
-        if kernel_attr is not None and kernel_attr != kernel:
-            raise ValueError(f"Conv: kernel_shape {kernel_attr} does not match W {ws}")
-        if xs[1] != ws[1] * group or ws[0] % group:
-            raise ValueError(f"Conv: X {xs} and W {ws} do not fit group={group}")
+        kernel = conv_kernel_of(xs, ws, r, kernel_attr, group)
         out, head = conv_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad)
         n_img, m_out, cg = xs[0], ws[0], ws[1]
         mg = m_out // group

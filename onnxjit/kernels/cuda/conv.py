@@ -21,7 +21,8 @@ from numba import cuda
 from onnxjit.kernels.cuda.device import SIMULATED, launch_1d
 from onnxjit.kernels.cuda.gemm import MAX_GRID_YZ, grid_for, pick_tiling, tiled_kernel
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.nn import AUTO_PADS, conv_attributes, conv_geometry, float_type, spatial_rank, wanted_outputs
+from onnxjit.ops.nn import (AUTO_PADS, conv_attributes, conv_geometry, conv_kernel_of, float_type, spatial_rank,
+                            wanted_outputs)
 from onnxjit.ops.registry import attr
 
 _KNOWN_ATTRS = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
@@ -120,13 +121,7 @@ def build_conv(node, device):
     def plan(xs, ws, has_bias, dtype):
         """(output shape, the configured kernel, the taps table or None, its scalar arguments) for inputs of these
         shapes; the taps table is made on the device here (conv_taps_kernel), once per shape."""
-        if len(xs) != r + 2 or len(ws) != r + 2:
-            raise ValueError(f"Conv: X {xs} and W {ws} must both have rank {r + 2}")
-        kernel = list(ws[2:])
-        if kernel_attr is not None and kernel_attr != kernel:
-            raise ValueError(f"Conv: kernel_shape {kernel_attr} does not match W {ws}")
-        if xs[1] != ws[1] * group or ws[0] % group:
-            raise ValueError(f"Conv: X {xs} and W {ws} do not fit group={group}")
+        kernel = conv_kernel_of(xs, ws, r, kernel_attr, group)
         out, head = conv_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad)
         pad2 = lambda v, f: [f] * (2 - r) + list(v)
         h, wd = pad2(xs[2:], 1)

@@ -29,7 +29,7 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import TensorType
 from onnxjit.kernels.cuda.device import launch_1d
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.movement import _squeeze, _unsqueeze, merged_transpose, slice_index, split_sizes
+from onnxjit.ops.movement import _squeeze, _unsqueeze, merged_transpose, slice_index, split_attributes, split_sizes
 from onnxjit.ops.nn import wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types
 from onnxjit.ops.shape import reshape_target
@@ -310,11 +310,7 @@ def build_split(node, device):
     if not node.inputs or not node.outputs or not _data_ok(node):
         return None
     n = len(node.outputs)
-    axis = int(attr(node, "axis", 0))
-    split_attr = [int(s) for s in attr(node, "split", [])] if node.opset < 13 else []
-    num_outputs = attr(node, "num_outputs") if node.opset >= 18 else None
-    num_outputs = None if num_outputs is None else int(num_outputs)
-    split_input = node.opset >= 13 or node.opset < 2
+    axis, split_attr, num_outputs, split_input = split_attributes(node)
 
     def run(x, split=None):
         shape = _shape(x)
