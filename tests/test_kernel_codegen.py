@@ -113,6 +113,12 @@ def test_network_kernels_have_no_masked_stores():
         onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)])
                                  .SerializeToString()).run(None, {"x": rng.standard_normal((1, 2, rows, 300),
                                                                                           dtype=np.float32)})
+    # the CNN's pool runs on pool_blocked (small planes, channels last); a larger plane takes the generic pool
+    wide = helper.make_graph([helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=[3, 3], strides=[2, 2])], "wide",
+                             [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, 40, 40])],
+                             [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, 19, 19])])
+    onnxjit.InferenceSession(helper.make_model(wide, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+                             ).run(None, {"x": rng.standard_normal((1, 2, 40, 40), dtype=np.float32)})
     checked = []
     for module in (conv, pool, reduce, loss, linalg):
         for name, d in vars(module).items():
@@ -129,7 +135,7 @@ def test_network_kernels_have_no_masked_stores():
                 checked.append(name)
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
     assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked",
-            "conv_depthwise_rows", "pool", "minmax", "activate"} <= set(checked), checked
+            "conv_depthwise_rows", "pool", "pool_blocked", "minmax", "activate"} <= set(checked), checked
 
 
 def test_onnxjit_functions_prefer_the_cpus_vector_width():
