@@ -249,16 +249,23 @@ def slice_index(shape, starts, ends, axes, steps, with_steps: bool) -> tuple:
     return tuple(index)
 
 
+def slice1_attributes(node):
+    """(starts, ends, axes or None) of a Slice-1 node (attributes, one input), or None when they are missing."""
+    if len(node.inputs) != 1 or attr(node, "starts") is None or attr(node, "ends") is None:
+        return None
+    axes = attr(node, "axes")
+    return ([int(s) for s in attr(node, "starts")], [int(s) for s in attr(node, "ends")],
+            None if axes is None else [int(a) for a in axes])
+
+
 def build_slice(node):
     if not _tensor_inputs(node):
         return None
     if node.opset < 10:  # Slice-1: starts/ends/axes attributes
-        if len(node.inputs) != 1 or attr(node, "starts") is None or attr(node, "ends") is None:
+        given = slice1_attributes(node)
+        if given is None:
             return None
-        starts = [int(s) for s in attr(node, "starts")]
-        ends = [int(s) for s in attr(node, "ends")]
-        axes = attr(node, "axes")
-        axes = None if axes is None else [int(a) for a in axes]
+        starts, ends, axes = given
         return lambda x: (_contig(x[slice_index(x.shape, starts, ends, axes, None, False)]),)
     if len(node.inputs) < 3:
         return None

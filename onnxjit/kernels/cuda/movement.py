@@ -29,7 +29,8 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import TensorType
 from onnxjit.kernels.cuda.device import launch_1d
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.movement import _squeeze, _unsqueeze, merged_transpose, slice_index, split_attributes, split_sizes
+from onnxjit.ops.movement import (_squeeze, _unsqueeze, merged_transpose, slice1_attributes, slice_index,
+                                  split_attributes, split_sizes)
 from onnxjit.ops.nn import wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types
 from onnxjit.ops.shape import reshape_target
@@ -284,12 +285,10 @@ def build_slice(node, device):
     if not node.inputs or not _data_ok(node) or not _rank_ok(node):
         return None
     if node.opset < 10:  # Slice-1: starts/ends/axes attributes
-        if len(node.inputs) != 1 or attr(node, "starts") is None or attr(node, "ends") is None:
+        given = slice1_attributes(node)
+        if given is None:
             return None
-        starts = [int(s) for s in attr(node, "starts")]
-        ends = [int(s) for s in attr(node, "ends")]
-        axes = attr(node, "axes")
-        axes = None if axes is None else [int(a) for a in axes]
+        starts, ends, axes = given
         return lambda x: (_slice(device, x, slice_index(_shape(x), starts, ends, axes, None, False)),)
     if len(node.inputs) < 3:
         return None

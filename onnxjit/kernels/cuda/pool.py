@@ -170,6 +170,24 @@ def global_pool_kernels(dtype):
     return per_thread, per_block
 
 
+def _planned(device, plan):
+    """The kernel `fn(x)` of a pool: `plan(shape, dtype) -> (output shape, configured launcher or None, scalar
+    arguments)`, made once per input shape and dtype, then a launch over x and a new output."""
+    cache = {}
+
+    def run(x):
+        key = (x.shape, x.dtype)
+        p = cache.get(key)
+        if p is None:
+            p = cache[key] = plan(tuple(x.shape), x.dtype)
+        out_shape, launcher, scalars = p
+        y = device.empty(out_shape, x.dtype)
+        if launcher is not None:
+            launcher(x.reshape(x.size), y.reshape(y.size), *scalars)
+        return (y,)
+    return run
+
+
 def _pool_builder(is_max):
     def build(node, device):
         if len(node.inputs) != 1 or float_type(node, (0,)) is None:
@@ -183,8 +201,6 @@ def _pool_builder(is_max):
             return None
         auto_pad, kernel, strides, dilations, pads, ceil_mode, cip = attrs
         r = len(kernel)
-        cache = {}
-
         def plan(xs, dtype):
             """(output shape, the configured kernel, its scalar arguments) for an input of shape xs."""
             if len(xs) != r + 2:
@@ -203,17 +219,7 @@ def _pool_builder(is_max):
             return out_shape, pool_kernel(dtype.str)[grid, block, device.stream], (
                 planes, h, wd, oh, ow, kh, kw, sh, sw, dh, dw, ph, pw, th, tw, is_max, cip, init, tiles_w, tiles)
 
-        def run(x):
-            key = (x.shape, x.dtype)
-            p = cache.get(key)
-            if p is None:
-                p = cache[key] = plan(tuple(x.shape), x.dtype)
-            out_shape, launcher, scalars = p
-            y = device.empty(out_shape, x.dtype)
-            if launcher is not None:
-                launcher(x.reshape(x.size), y.reshape(y.size), *scalars)
-            return (y,)
-        return run
+        return _planned(device, plan)
     return build
 
 
@@ -228,8 +234,6 @@ def _global_pool_builder(is_max):
         rk = rank_of(node, 0)
         if rk is not None and rk < 2:
             return None
-
-        cache = {}
 
         def plan(xs, dtype):
             """(output shape, the configured kernel or None, its scalar arguments) for an input of shape xs."""
@@ -249,17 +253,7 @@ def _global_pool_builder(is_max):
                 launcher = per_block[max(1, min(planes, MAX_BLOCKS)), REDUCE_THREADS, device.stream]
             return out_shape, launcher, (planes, size, is_max)
 
-        def run(x):
-            key = (x.shape, x.dtype)
-            p = cache.get(key)
-            if p is None:
-                p = cache[key] = plan(tuple(x.shape), x.dtype)
-            out_shape, launcher, scalars = p
-            y = device.empty(out_shape, x.dtype)
-            if launcher is not None:
-                launcher(x.reshape(x.size), y.reshape(y.size), *scalars)
-            return (y,)
-        return run
+        return _planned(device, plan)
     return build
 
 
