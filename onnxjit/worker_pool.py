@@ -320,12 +320,23 @@ def _launcher(kernel, args, state):
         # another model's, from ever handing these off)
         _launchers[key] = len(kernel.overloads)
         return None
-    launch_sig = (typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64)
+    launch_sig = launch_signature(args, kernel, state)
+    found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
+                               compile_launch(launch_sig))
+    return found
+
+
+def launch_signature(args, kernel, state) -> tuple:
+    """`_launch`'s argument types for a job of `kernel` over `args`."""
+    argtys = tuple(kernel.typeof_pyval(a) for a in args)
+    return typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64
+
+
+def compile_launch(launch_sig: tuple):
+    """`_launch`'s compiled wrapper for `launch_sig` (compiled, or loaded from Numba's cache, on first use)."""
     if launch_sig not in _launch.overloads:
         _launch.compile(launch_sig)
-    found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
-                               _launch.overloads[launch_sig].entry_point)
-    return found
+    return _launch.overloads[launch_sig].entry_point
 
 
 class WorkerPool:

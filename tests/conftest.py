@@ -7,6 +7,8 @@ import os
 # the CUDA provider's tests run on Numba's CUDA simulator unless the environment says otherwise (on a machine with a
 # GPU, NUMBA_ENABLE_CUDASIM=0 runs them there); Numba reads it when it is first imported, so before any import of it
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
+# no compile helper processes (onnxjit/cache/parallel_compile.py): pytest-xdist keeps every core busy already
+os.environ.setdefault("ONNXJIT_COMPILE_PROCESSES", "0")
 
 from typing import Any, Sequence  # noqa: E402
 

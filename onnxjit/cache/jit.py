@@ -21,6 +21,8 @@ import numba
 from numba.core import caching, sigutils, typeinfer
 from numba.core.dispatcher import Dispatcher
 
+from onnxjit.cache import parallel_compile
+
 __all__ = ["njit", "KernelCache", "KeyedDataCacheFile"]
 
 
@@ -64,7 +66,9 @@ class KernelCache(caching.FunctionCache):
         with self._guard_against_spurious_io_errors():
             cres = self._load_overload(sig, target_context)
         if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
-            return None  # an entry written for another signature: compile this one instead
+            cres = None  # an entry written for another signature: compile this one instead
+        if cres is None:
+            parallel_compile.cache_missed()  # a compile follows: a session's first run starts its helpers
         return cres
 
 

@@ -1,6 +1,7 @@
 """InferenceSession: onnxruntime's Python API over onnxjit's loader, providers and executor."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -13,6 +14,7 @@ from typing import Any, Sequence
 import numba
 import numpy as np
 
+from onnxjit.cache import parallel_compile
 from onnxjit.errors import InvalidArgument, InvalidGraph
 from onnxjit.ir.graph import Graph, Model
 from onnxjit.ir.serde import from_onnx, to_onnx
@@ -163,6 +165,12 @@ class InferenceSession:
         self._threads = int(so.intra_op_num_threads or 0)
         self._device_feeds: set[str] = set()  # inputs a device array was fed to
         self._compiled_on_device: CompiledGraph | None = None  # without the outputs' copies (_run_bound)
+        helpers = parallel_compile.process_count(self._config)
+        self._first_run = None
+        if helpers and all(p.name in ("CPUExecutionProvider", FALLBACK) for p in self._providers):
+            job = (path_or_bytes, {"level": int(level), "threads": self._threads, "config": dict(self._config),
+                                   "providers": [(p.name, dict(p.options)) for p in self._providers]})
+            self._first_run = parallel_compile.FirstRun(helpers, job)  # holds the model's source until then
 
     # --- compiling --------------------------------------------------------------------------------------------
     def compile_subgraph(self, graph: Graph) -> CompiledGraph:
@@ -229,7 +237,10 @@ class InferenceSession:
             _set_num_threads(self._threads)
         should_stop = (lambda: run_options.terminate) if run_options is not None else None
         profile = [] if self._profile is not None else None
-        values = compiled.run(feeds, profile=profile, should_stop=should_stop)
+        with self._profile_lock:  # one thread's run is the first
+            first_run, self._first_run = self._first_run, None
+        with first_run.armed(feeds) if first_run is not None else contextlib.nullcontext():
+            values = compiled.run(feeds, profile=profile, should_stop=should_stop)
         if profile:
             with self._profile_lock:
                 self._profile.extend(profile)

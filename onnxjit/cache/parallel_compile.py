@@ -1,0 +1,257 @@
+"""Parallel compilation of a session's first run: helper processes fill the kernel caches while the run compiles.
+
+Over an empty cache, a session's first run compiles every kernel it meets, one after another, on one core (light
+resnet50: 15 kernel signatures, 22-28 s on a 2-core Intel Emerald Rapids VM; Numba's compiler holds a process-wide
+lock, so threads cannot share the work). Processes can. When a first run meets its first cache miss, the session
+starts `compile_processes` helpers (default: one per other core the process may run on, at most MAX_PROCESSES).
+Each helper loads the session's optimized model and runs it once on the same inputs in *recording* mode: every
+call of a cached Numba dispatcher (a kernel of onnxjit/kernels, a generated kernel, a thread-pool launcher) that
+has no compiled code for its argument types is noted and skipped, leaving the step's outputs as they were
+allocated. It then compiles the noted signatures from the last one back: helper i of n takes the (i+1)-th from
+the end and every n-th before it. The session compiles from the first, as its run meets them, and Numba looks in
+its disk cache before each compile (re-reading the index), so what a helper finished first is loaded instead.
+When the first run ends the session terminates the helpers: what they had not compiled, the run has.
+
+Nothing a helper does reaches a result: it only writes cache entries, through the same caches and keys as the
+session (Numba writes each file to a temporary name and renames it, so a helper killed mid-write leaves no partial
+entry), and a recording run's outputs are dropped. A helper that fails (a step that cannot run on skipped
+outputs, a signature that does not compile) stops helping or skips that signature; the session compiles what it
+needs either way. Helpers run at a lower priority (nice 10) and exit when the session's process is gone.
+
+Settings: session config entry ``session.onnxjit.compile_processes`` or the environment variable
+``ONNXJIT_COMPILE_PROCESSES`` (``0``: no helpers). Helpers start only for sessions whose providers are all
+on the host (CPU, fallback), whose inputs pickle within MAX_FEEDS_BYTES and whose model serializes.
+"""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from typing import Any, Callable, Optional
+
+from onnxjit.errors import InvalidArgument
+
+log = logging.getLogger("onnxjit")
+
+PROCESSES_KEY = "session.onnxjit.compile_processes"
+PROCESSES_ENV = "ONNXJIT_COMPILE_PROCESSES"
+MAX_PROCESSES = 4  # each helper holds the model and recompiles nothing the others do; more rarely pays
+MAX_FEEDS_BYTES = 256 << 20  # inputs are handed to the helpers through a file
+NICE = 10
+
+_armed = threading.local()  # .first_run: the FirstRun whose run is on this thread, if any
+
+
+def usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def process_count(config: dict) -> int:
+    """Helpers a session starts at its first run's first cache miss: its config entry, else the environment
+    variable, else one per other usable core (at most MAX_PROCESSES)."""
+    raw = config.get(PROCESSES_KEY)
+    where = f"session config entry {PROCESSES_KEY!r}"
+    if raw is None:
+        raw, where = os.environ.get(PROCESSES_ENV, "").strip(), f"environment variable {PROCESSES_ENV}"
+    if raw is None or raw == "":
+        return max(0, min(MAX_PROCESSES, usable_cores() - 1))
+    try:
+        count = int(raw)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise InvalidArgument(f"{where} must be a number of processes (0 or more), got {raw!r}")
+    return count
+
+
+def cache_missed() -> None:
+    """Called by onnxjit's Numba caches when a lookup misses (a compile follows): starts the helpers of the first
+    run on this thread, if one is armed and they have not started."""
+    first_run = getattr(_armed, "first_run", None)
+    if first_run is not None:
+        first_run.start()
+
+
+class FirstRun:
+    """A session's first run, with helpers to start at its first cache miss. `job`: (the model as the session
+    was given it: a path, bytes or a ModelProto; the session's settings: optimization level, intra-op threads,
+    config entries, [(provider, options)]), what a helper needs to build the same session."""
+
+    def __init__(self, count: int, job: tuple[Any, dict]):
+        self.count = count
+        self._job: Optional[tuple[Any, dict]] = job
+        self._feeds: Any = None
+        self._started = False
+        self._procs: list[subprocess.Popen] = []
+        self._dir: Optional[str] = None
+
+    @contextlib.contextmanager
+    def armed(self, feeds: dict):
+        """Around the first run on this thread: helpers start at its first miss and stop when it ends."""
+        self._feeds = feeds
+        _armed.first_run = self
+        try:
+            yield
+        finally:
+            _armed.first_run = None
+            self._feeds = None
+            self.stop()
+
+    def start(self) -> None:
+        if self._started:
+            return
+        self._started = True
+        (model, settings), self._job = self._job, None
+        try:
+            feeds = self._feeds
+            if _nbytes(feeds) > MAX_FEEDS_BYTES:
+                return
+            self._dir = tempfile.mkdtemp(prefix="onnxjit-compile-")
+            if isinstance(model, (str, os.PathLike)):
+                model = os.path.abspath(model)  # its external data, if any, stays beside it
+            else:
+                data = model.SerializeToString() if hasattr(model, "SerializeToString") else bytes(model)
+                model = os.path.join(self._dir, "model.onnx")
+                with open(model, "wb") as f:
+                    f.write(data)
+            with open(os.path.join(self._dir, "job.pkl"), "wb") as f:
+                pickle.dump({"model": model, "settings": settings, "feeds": feeds, "parent": os.getpid()}, f,
+                            protocol=5)
+        except Exception as e:  # noqa: BLE001 - no helpers is always a correct answer
+            log.debug("onnxjit: no compile helpers: %s: %s", type(e).__name__, e)
+            self.stop()
+            return
+        env = dict(os.environ, **{PROCESSES_ENV: "0"})
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+        for i in range(self.count):
+            try:
+                self._procs.append(subprocess.Popen(
+                    [sys.executable, "-m", "onnxjit.cache.parallel_compile", self._dir, str(i), str(self.count)],
+                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            except OSError as e:
+                log.debug("onnxjit: compile helper %d did not start: %s", i, e)
+
+    def stop(self) -> None:
+        self._job = None
+        for proc in self._procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._procs = []
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+
+def _nbytes(value: Any) -> int:
+    if isinstance(value, dict):
+        return sum(_nbytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_nbytes(v) for v in value)
+    return int(getattr(value, "nbytes", 0))
+
+
+# --- the helper process ---------------------------------------------------------------------------------------
+
+
+class _Recorder:
+    """While active: a call of a cached Numba dispatcher without code for its argument types, and a thread-pool
+    launch without a launcher for them, are noted (in order, once each) and skipped."""
+
+    def __init__(self):
+        self.jobs: list[Callable[[], Any]] = []
+        self._seen: set = set()
+
+    def _note(self, key, job) -> None:
+        if key not in self._seen:
+            self._seen.add(key)
+            self.jobs.append(job)
+
+    @contextlib.contextmanager
+    def active(self):
+        from numba.core import caching
+        from numba.core.dispatcher import Dispatcher
+
+        from onnxjit import worker_pool
+
+        compile_for_args, launcher = Dispatcher._compile_for_args, worker_pool._launcher
+
+        def cached(dispatcher) -> bool:
+            return not isinstance(getattr(dispatcher, "_cache", None), (type(None), caching.NullCache))
+
+        def skip_compile(dispatcher, *args, **kws):
+            if kws or not cached(dispatcher):
+                return compile_for_args(dispatcher, *args, **kws)
+            argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
+            self._note((dispatcher, argtypes), lambda: dispatcher.compile(argtypes))
+            return _skipped  # Numba calls what this returns with the arguments
+
+        def note_launcher(kernel, args, state):
+            found = launcher(kernel, args, state)
+            if found is None and isinstance(kernel, Dispatcher) and cached(kernel):
+                sig = worker_pool.launch_signature(args, kernel, state)
+                self._note(("launch", sig), lambda: worker_pool.compile_launch(sig))
+            return found
+
+        Dispatcher._compile_for_args, worker_pool._launcher = skip_compile, note_launcher
+        try:
+            yield self
+        finally:
+            Dispatcher._compile_for_args, worker_pool._launcher = compile_for_args, launcher
+
+
+def _skipped(*args, **kws) -> None:
+    return None
+
+
+def _helper_main(directory: str, index: int, count: int) -> None:
+    try:
+        os.nice(NICE)
+    except (AttributeError, OSError):
+        pass
+    with open(os.path.join(directory, "job.pkl"), "rb") as f:
+        job = pickle.load(f)
+    parent, settings = job["parent"], job["settings"]
+
+    import onnxjit
+    so = onnxjit.SessionOptions()
+    so.graph_optimization_level = onnxjit.GraphOptimizationLevel(settings["level"])
+    so.intra_op_num_threads = settings["threads"]
+    for key, value in settings["config"].items():
+        so.add_session_config_entry(key, value)
+    so.add_session_config_entry(PROCESSES_KEY, "0")
+    providers = settings["providers"]
+    sess = onnxjit.InferenceSession(job["model"], so, providers=[name for name, _ in providers],
+                                    provider_options=[options for _, options in providers])
+    recorder = _Recorder()
+    with recorder.active():
+        try:
+            sess.run(None, job["feeds"])
+        except Exception:  # noqa: BLE001 - a step that cannot run on skipped outputs: help with what was noted
+            pass
+    for compile_job in recorder.jobs[::-1][index::count]:
+        if os.getppid() != parent:  # the session's process is gone
+            return
+        try:
+            compile_job()
+        except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
+            pass
+
+
+if __name__ == "__main__":
+    _helper_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

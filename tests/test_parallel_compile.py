@@ -1,0 +1,168 @@
+"""Compile helpers of a session's first run (onnxjit.cache.parallel_compile): how many start, what a recording run
+notes and skips, a helper filling the caches a new process then runs from, and a session starting and stopping
+its helpers."""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from onnx import TensorProto as T
+from onnx import helper as h
+from onnx import numpy_helper as nh
+
+import onnxjit
+from onnxjit.cache import parallel_compile
+from onnxjit.cache.jit import njit
+from onnxjit.errors import InvalidArgument
+
+from conftest import assert_all_same, make_model, ort_run, tensor
+
+
+@njit(cache=True, nogil=True)
+def _add_one(x, out):
+    for i in range(x.size):
+        out[i] = x[i] + 1
+
+
+def _convnet(rng):
+    """Conv + Relu + MaxPool + Softmax over a small image: hand-written kernels and a thread-pool launch."""
+    nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
+             h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Softmax", ["f"], ["y"], axis=-1)]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [1, 3, 16, 16])], [tensor("y", T.FLOAT, [1, 512])],
+                       initializers=[nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
+                                     nh.from_array(rng.standard_normal(8).astype(np.float32), "b")])
+    return model, {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def test_process_count(monkeypatch):
+    monkeypatch.delenv(parallel_compile.PROCESSES_ENV, raising=False)
+    default = parallel_compile.process_count({})
+    assert default == max(0, min(parallel_compile.MAX_PROCESSES, parallel_compile.usable_cores() - 1))
+    monkeypatch.setenv(parallel_compile.PROCESSES_ENV, "3")
+    assert parallel_compile.process_count({}) == 3
+    assert parallel_compile.process_count({parallel_compile.PROCESSES_KEY: "0"}) == 0  # the session's entry wins
+    with pytest.raises(InvalidArgument, match="session.onnxjit.compile_processes.*got 'two'"):
+        parallel_compile.process_count({parallel_compile.PROCESSES_KEY: "two"})
+    monkeypatch.setenv(parallel_compile.PROCESSES_ENV, "-1")
+    with pytest.raises(InvalidArgument, match="ONNXJIT_COMPILE_PROCESSES"):
+        parallel_compile.process_count({})
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "many")
+    model, _ = _convnet(np.random.default_rng(0))
+    with pytest.raises(InvalidArgument, match="compile_processes"):
+        onnxjit.InferenceSession(model.SerializeToString(), so)
+
+
+def test_recording_notes_and_skips_a_call_without_code():
+    x = np.arange(4, dtype=np.float32)
+    out = np.zeros(4, dtype=np.float32)
+    fresh = njit(cache=True, nogil=True)(_add_one.py_func)  # a dispatcher with nothing compiled in this process
+    recorder = parallel_compile._Recorder()
+    with recorder.active():
+        fresh(x, out)
+        fresh(x, out)  # noted once
+        fresh(x.astype(np.float64), out)
+    assert len(recorder.jobs) == 2 and not fresh.overloads
+    np.testing.assert_array_equal(out, 0)  # skipped
+    for job in recorder.jobs:
+        job()
+    assert len(fresh.overloads) == 2
+    fresh(x, out)
+    np.testing.assert_array_equal(out, x + 1)
+
+
+def _job_dir(tmp_path, model, feeds, settings) -> str:
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    job = tmp_path / "job"
+    job.mkdir()
+    with open(job / "job.pkl", "wb") as f:
+        pickle.dump({"model": str(path), "settings": settings, "feeds": feeds, "parent": os.getpid()}, f)
+    return str(job)
+
+
+SETTINGS = {"level": 99, "threads": 2, "config": {}, "providers": [("CPUExecutionProvider", {})]}
+
+COUNT_COMPILES = textwrap.dedent("""\
+    import json, pickle, sys
+    from numba.core import event
+    import onnxjit
+    compiled = []
+    class Count(event.Listener):
+        def on_start(self, ev):
+            compiled.append(ev.data["dispatcher"].py_func.__qualname__)
+        def on_end(self, ev):
+            pass
+    event.register("numba:compile", Count())
+    job = pickle.load(open(sys.argv[1], "rb"))
+    so = onnxjit.SessionOptions()
+    so.intra_op_num_threads = 2
+    sess = onnxjit.InferenceSession(job["model"], so, providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, job["feeds"])
+    pickle.dump(outputs, open(sys.argv[2], "wb"))
+    print(json.dumps(compiled))
+    """)
+
+
+def test_a_helper_fills_the_caches_a_new_process_runs_from(tmp_path):
+    model, feeds = _convnet(np.random.default_rng(1))
+    job = _job_dir(tmp_path, model, feeds, SETTINGS)
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), ONNXJIT_CACHE_DIR=str(tmp_path / "onnxjit"),
+               ONNXJIT_COMPILE_PROCESSES="0")
+    helper = subprocess.run([sys.executable, "-m", "onnxjit.cache.parallel_compile", job, "0", "1"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert helper.returncode == 0, helper.stderr
+    assert os.listdir(tmp_path / "numba")  # it compiled into the kernel caches
+
+    child = tmp_path / "child.py"
+    child.write_text(COUNT_COMPILES)
+    run = subprocess.run([sys.executable, str(child), os.path.join(job, "job.pkl"), str(tmp_path / "out.pkl")],
+                         env=env, capture_output=True, text=True, timeout=600,
+                         cwd=os.path.dirname(os.path.abspath(__file__)))
+    assert run.returncode == 0, run.stderr
+    compiled = json.loads(run.stdout.strip().splitlines()[-1])
+    # the worker threads' loop starts only in a process whose kernels run on two threads: the helper's do not
+    assert set(compiled) <= {"_serve"}, compiled
+    with open(tmp_path / "out.pkl", "rb") as f:
+        assert_all_same(pickle.load(f), ort_run(model, feeds))
+
+
+def test_a_first_run_starts_its_helpers_at_a_miss_and_stops_them_at_its_end(tmp_path):
+    model, feeds = _convnet(np.random.default_rng(2))
+    first_run = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS))
+    parallel_compile.cache_missed()  # not armed: nothing starts
+    assert first_run._procs == []
+    with first_run.armed(feeds):
+        parallel_compile.cache_missed()
+        parallel_compile.cache_missed()  # started once
+        (proc,) = first_run._procs
+        directory = first_run._dir
+        assert os.path.exists(os.path.join(directory, "model.onnx"))
+        assert proc.wait(timeout=600) == 0  # its kernels are compiled in this process's caches: it ends soon
+    assert first_run._procs == [] and not os.path.exists(directory)
+
+    slow = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS))
+    with slow.armed(feeds):
+        parallel_compile.cache_missed()
+        (proc,) = slow._procs
+    assert proc.poll() is not None  # terminated with the run
+
+
+def test_a_session_arms_its_first_run_only(tmp_path):
+    model, feeds = _convnet(np.random.default_rng(3))
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    first_run = sess._first_run
+    assert isinstance(first_run, parallel_compile.FirstRun) and first_run.count == 1
+    assert_all_same(sess.run(None, feeds), ort_run(model, feeds))
+    assert sess._first_run is None and first_run._procs == [] and first_run._job is None
+    assert_all_same(sess.run(None, feeds), ort_run(model, feeds))
+    assert onnxjit.InferenceSession(model.SerializeToString())._first_run is None  # the suite's environment: 0
