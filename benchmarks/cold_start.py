@@ -9,7 +9,12 @@ Numba's implementations; with warm caches onnxjit loads kernels without it, see 
 generated kernels' compile or load time. Cases: the micro cases of benchmarks/models.py (the default), and the
 light models the onnx package ships as `light_<name>` (light_inception_v1 is the README's demo), as shipped.
 
+A first run over empty caches starts compile helper processes (onnxjit/cache/parallel_compile.py: one per other
+core by default); `--compile-processes N` sets their number for the children (0: none, the whole compile on the
+session's process).
+
 usage: python benchmarks/cold_start.py [--rounds N] [--cases light_inception_v1,light_resnet50,ew_chain,...]
+                                       [--compile-processes N]
        (one line per case and cache state; N rounds, default 3)
 """
 import argparse
@@ -73,6 +78,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cases", default=None, help="comma-separated (default: the micro cases)")
+    ap.add_argument("--compile-processes", default=None,
+                    help="compile helpers per first run (ONNXJIT_COMPILE_PROCESSES; default: onnxjit's)")
     args = ap.parse_args()
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from models import CASES
@@ -86,6 +93,8 @@ def main():
             with tempfile.TemporaryDirectory() as cache:
                 env = dict(os.environ, ONNXJIT_CACHE_DIR=os.path.join(cache, "onnxjit"),
                            NUMBA_CACHE_DIR=os.path.join(cache, "numba"))
+                if args.compile_processes is not None:
+                    env["ONNXJIT_COMPILE_PROCESSES"] = args.compile_processes
                 for state in ("empty cache", "warm cache"):
                     r = run_child(case, env)
                     print(f"round {rnd + 1} {case:18s} {state:11s} import onnxjit {r['import_s']:.2f} s, "

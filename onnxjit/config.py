@@ -20,6 +20,9 @@ is what the constants are computed with.
 This module imports nothing from onnxjit (no circular-import hazards) and
 nothing heavy (no numba).
 
+``ONNXJIT_COMPILE_PROCESSES`` (helper processes compiling a session's first run; session config entry
+``session.onnxjit.compile_processes``) is read by :mod:`onnxjit.cache.parallel_compile` when a session is created.
+
 Session-level switch (not an environment variable): the session option
 ``session.onnxjit.disable_kernel_cache`` = ``"1"`` disables the cache for that
 session; its key is :data:`SESSION_DISABLE_KERNEL_CACHE`.

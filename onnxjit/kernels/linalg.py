@@ -17,6 +17,7 @@ rounds as the unfused one.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import threading
 
@@ -342,3 +343,14 @@ class blas_threads:
 
 
 single_threaded_blas = blas_threads(1)
+
+# OpenBLAS runs a GEMM of at most this many multiply-adds on the calling thread alone (SMP_THRESHOLD_MIN *
+# GEMM_MULTITHREAD_THRESHOLD in its interface/gemm.c): below it, setting its thread count (two to four calls into
+# it, 3-5 us: most of a small MatMul step) changes nothing
+BLAS_SERIAL_WORK = 1 << 18
+
+
+def single_threaded_blas_for(work):
+    """`single_threaded_blas` around a job of `work` multiply-adds (or more) in BLAS calls, or no context where
+    the job is too small for BLAS to start its threads."""
+    return single_threaded_blas if work > BLAS_SERIAL_WORK else contextlib.nullcontext()

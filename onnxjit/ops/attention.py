@@ -158,7 +158,7 @@ def attention(a: AttentionAttrs, q, k, v, mask=None, past_key=None, past_value=N
         scale = 1 / math.sqrt(d) if a.scale is None else a.scale
         work = 2 * batch * heads * s * total * (d + v.shape[3])
         q_rows = -(-s // query_blocks(batch * heads, s, work))
-        with kl.single_threaded_blas:
+        with kl.single_threaded_blas_for(work):
             run_units(ka.attention, (q, k, v, bias, has_bias, causal, offset, dtype.type(scale),
                                      dtype.type(a.softcap), a.fully_masked, a.qk_mode, qk, q_rows, out),
                       batch * heads * -(-s // q_rows), work)

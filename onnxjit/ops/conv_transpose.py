@@ -20,7 +20,7 @@ import numba
 import numpy as np
 
 from onnxjit.kernels import conv_transpose as kct
-from onnxjit.kernels.linalg import single_threaded_blas
+from onnxjit.kernels.linalg import single_threaded_blas_for
 from onnxjit.ops.nn import (AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, ConstantDerived, constant_input,
                             float_type, ro, run_units, spatial_rank, wanted_outputs)
 from onnxjit.ops.registry import attr, register_op
@@ -157,7 +157,7 @@ def build_conv_transpose(node):
             raise ValueError(f"ConvTranspose: B has {b.size} values, expected {shape[1]} (output channels)")
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
         y = np.empty(y5, dtype=x.dtype)
-        with single_threaded_blas:
+        with single_threaded_blas_for(work):
             run_units(kct.conv_transpose, (ro(x.reshape(x5)), packed.of(w), bias, k, s, d, p, taps,
                                            tile_planes, m_blocks, chunk, use_blas, y), units, work)
         return (y.reshape(shape),)

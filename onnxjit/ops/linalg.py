@@ -72,7 +72,7 @@ def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION, packed=None):
                                          act.consts(a.dtype), rows, cols, chunk_blocks, out),
                   -(-m // rows) * -(-n // cols), m * n * kk)
         return out
-    with k.single_threaded_blas:
+    with k.single_threaded_blas_for(m * n * kk):
         run_units(k.gemm_blocks, (ro(a), ro(b), trans_b, c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows,
                                   cols, out), units, m * n * kk)
     return out
@@ -189,7 +189,7 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None):
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
         b3 = np.ascontiguousarray(np.broadcast_to(b, batch + (kk, n))).reshape(-1, kk, n)
         y = np.empty((a3.shape[0], m, n), dtype=a.dtype)
-        with k.single_threaded_blas:
+        with k.single_threaded_blas_for(a3.shape[0] * m * n * kk):
             run_units(k.matmul_batched, (ro(a3), ro(b3), act.kind, act.consts(a.dtype), y), a3.shape[0],
                       a3.shape[0] * m * n * kk)
         y = y.reshape(batch + (m, n))

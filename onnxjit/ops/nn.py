@@ -11,6 +11,8 @@ pads for the dilated kernel as the spec says. Kernels run over threads through `
 """
 from __future__ import annotations
 
+import contextlib
+
 import math
 from dataclasses import dataclass
 
@@ -25,7 +27,7 @@ from onnxjit.kernels import linalg as klinalg
 from onnxjit.kernels import nn as knn
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels import pool as kpool
-from onnxjit.kernels.linalg import single_threaded_blas
+from onnxjit.kernels.linalg import single_threaded_blas_for
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, CallSite, run_units  # other ops' too
@@ -496,10 +498,7 @@ def build_conv(node):
             args[slots[0]] = ro_reshaped(x, _shape5(x.shape, r))
             args[slots[1]] = ro_reshaped(z, shape5) if z is not None else _no_residual(x.dtype, 5)
             args[slots[2]] = y
-        if uses_blas:
-            with single_threaded_blas:
-                site.run(tuple(args), units, work)
-        else:
+        with single_threaded_blas_for(work) if uses_blas else contextlib.nullcontext():
             site.run(tuple(args), units, work)
         return (y.reshape(shape),)
 
