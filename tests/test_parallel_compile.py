@@ -31,11 +31,13 @@ def _add_one(x, out):
 
 
 def _convnet(rng):
-    """Conv + Relu + MaxPool + Softmax over a small image: hand-written kernels and a thread-pool launch."""
+    """Conv + Relu + MaxPool + Softmax over a small image of a symbolic batch, and a Tanh * Sigmoid chain:
+    hand-written kernels, a thread-pool launch, and generated kernels bound when the run meets their shapes."""
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
              h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
-             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Softmax", ["f"], ["y"], axis=-1)]
-    model = make_model(nodes, [tensor("x", T.FLOAT, [1, 3, 16, 16])], [tensor("y", T.FLOAT, [1, 512])],
+             h.make_node("Flatten", ["p"], ["f"]), h.make_node("Softmax", ["f"], ["s"], axis=-1),
+             h.make_node("Tanh", ["s"], ["t"]), h.make_node("Sigmoid", ["s"], ["g"]), h.make_node("Mul", ["t", "g"], ["y"])]
+    model = make_model(nodes, [tensor("x", T.FLOAT, ["N", 3, 16, 16])], [tensor("y", T.FLOAT, ["N", 512])],
                        initializers=[nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
                                      nh.from_array(rng.standard_normal(8).astype(np.float32), "b")])
     return model, {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
@@ -78,6 +80,30 @@ def test_recording_notes_and_skips_a_call_without_code():
     np.testing.assert_array_equal(out, x + 1)
 
 
+def test_recording_notes_and_skips_a_generated_kernel(tmp_path):
+    from onnxjit.cache.store import KernelStore
+    source = textwrap.dedent("""\
+        import numba
+        from onnxjit.cache.jit import njit
+
+        @njit("void(float32[::1], float32[::1], int64, int64)", cache=CACHE)
+        def kernel(x, out, u0, u1):
+            for i in range(u0, u1):
+                out[i] = x[i] * 3
+        """)
+    store = KernelStore(tmp_path)
+    recorder = parallel_compile._Recorder()
+    with recorder.active():
+        skipped = store.load(source)
+        skipped.kernel(np.ones(2, np.float32), np.zeros(2, np.float32), 0, 2)  # does nothing
+    assert skipped.compiled == 0 and len(recorder.jobs) == 1 and not store.entries()
+    loaded = recorder.jobs[0]()
+    assert loaded.compiled == 1 and len(store.entries()) == 1
+    out = np.zeros(2, np.float32)
+    loaded.kernel(np.ones(2, np.float32), out, 0, 2)
+    np.testing.assert_array_equal(out, 3)
+
+
 def _job_dir(tmp_path, model, feeds, settings) -> str:
     path = tmp_path / "model.onnx"
     path.write_bytes(model.SerializeToString())
@@ -114,12 +140,12 @@ COUNT_COMPILES = textwrap.dedent("""\
 def test_a_helper_fills_the_caches_a_new_process_runs_from(tmp_path):
     model, feeds = _convnet(np.random.default_rng(1))
     job = _job_dir(tmp_path, model, feeds, SETTINGS)
-    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), ONNXJIT_CACHE_DIR=str(tmp_path / "onnxjit"),
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), ONNXJIT_CACHE_DIR=str(tmp_path / "generated"),
                ONNXJIT_COMPILE_PROCESSES="0")
     helper = subprocess.run([sys.executable, "-m", "onnxjit.cache.parallel_compile", job, "0", "1"], env=env,
                             capture_output=True, text=True, timeout=600)
     assert helper.returncode == 0, helper.stderr
-    assert os.listdir(tmp_path / "numba")  # it compiled into the kernel caches
+    assert os.listdir(tmp_path / "numba") and os.listdir(tmp_path / "generated")  # it filled both kernel caches
 
     child = tmp_path / "child.py"
     child.write_text(COUNT_COMPILES)

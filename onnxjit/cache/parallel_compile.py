@@ -4,10 +4,10 @@ Over an empty cache, a session's first run compiles every kernel it meets, one a
 resnet50: 15 kernel signatures, 22-28 s on a 2-core Intel Emerald Rapids VM; Numba's compiler holds a process-wide
 lock, so threads cannot share the work). Processes can. When a first run meets its first cache miss, the session
 starts `compile_processes` helpers (default: one per other core the process may run on, at most MAX_PROCESSES).
-Each helper loads the session's optimized model and runs it once on the same inputs in *recording* mode: every
-call of a cached Numba dispatcher (a kernel of onnxjit/kernels, a generated kernel, a thread-pool launcher) that
-has no compiled code for its argument types is noted and skipped, leaving the step's outputs as they were
-allocated. It then compiles the noted signatures from the last one back: helper i of n takes the (i+1)-th from
+Each helper builds the same session and runs it once on the same inputs in *recording* mode: every call of a
+cached Numba dispatcher (a kernel of onnxjit/kernels, a thread-pool launcher) that has no compiled code for its
+argument types, and every generated kernel the run binds, is noted and skipped, leaving the step's outputs as
+they were allocated. It then compiles the noted signatures from the last one back: helper i of n takes the (i+1)-th from
 the end and every n-th before it. The session compiles from the first, as its run meets them, and Numba looks in
 its disk cache before each compile (re-reading the index), so what a helper finished first is loaded instead.
 When the first run ends the session terminates the helpers: what they had not compiled, the run has.
@@ -20,7 +20,8 @@ needs either way. Helpers run at a lower priority (nice 10) and exit when the se
 
 Settings: session config entry ``session.onnxjit.compile_processes`` or the environment variable
 ``ONNXJIT_COMPILE_PROCESSES`` (``0``: no helpers). Helpers start only for sessions whose providers are all
-on the host (CPU, fallback), whose inputs pickle within MAX_FEEDS_BYTES and whose model serializes.
+on the host (CPU, fallback), whose inputs pickle within MAX_FEEDS_BYTES and whose model serializes, and by
+default not in a frozen (bundled) application.
 """
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
 from onnxjit.errors import InvalidArgument
@@ -63,6 +65,8 @@ def process_count(config: dict) -> int:
     if raw is None:
         raw, where = os.environ.get(PROCESSES_ENV, "").strip(), f"environment variable {PROCESSES_ENV}"
     if raw is None or raw == "":
+        if getattr(sys, "frozen", False):  # a bundled app: sys.executable is the app, not a Python to run -m with
+            return 0
         return max(0, min(MAX_PROCESSES, usable_cores() - 1))
     try:
         count = int(raw)
@@ -188,14 +192,17 @@ class _Recorder:
         from numba.core.dispatcher import Dispatcher
 
         from onnxjit import worker_pool
+        from onnxjit.cache.store import KernelStore
 
-        compile_for_args, launcher = Dispatcher._compile_for_args, worker_pool._launcher
+        compile_for_args, launcher, store_load = Dispatcher._compile_for_args, worker_pool._launcher, KernelStore.load
 
         def cached(dispatcher) -> bool:
             return not isinstance(getattr(dispatcher, "_cache", None), (type(None), caching.NullCache))
 
+        recording_thread = threading.get_ident()  # the pool's worker threads compile their loop as usual
+
         def skip_compile(dispatcher, *args, **kws):
-            if kws or not cached(dispatcher):
+            if kws or not cached(dispatcher) or threading.get_ident() != recording_thread:
                 return compile_for_args(dispatcher, *args, **kws)
             argtypes = tuple(dispatcher.typeof_pyval(a) for a in args)
             self._note((dispatcher, argtypes), lambda: dispatcher.compile(argtypes))
@@ -208,15 +215,25 @@ class _Recorder:
                 self._note(("launch", sig), lambda: worker_pool.compile_launch(sig))
             return found
 
-        Dispatcher._compile_for_args, worker_pool._launcher = skip_compile, note_launcher
+        def note_generated(store, source):  # a generated kernel the run binds: compiled (or loaded) at import
+            self._note(("generated", source), lambda: store_load(store, source))
+            return _SKIPPED_LOAD
+
+        Dispatcher._compile_for_args, worker_pool._launcher, KernelStore.load = \
+            skip_compile, note_launcher, note_generated
         try:
             yield self
         finally:
-            Dispatcher._compile_for_args, worker_pool._launcher = compile_for_args, launcher
+            Dispatcher._compile_for_args, worker_pool._launcher, KernelStore.load = \
+                compile_for_args, launcher, store_load
 
 
 def _skipped(*args, **kws) -> None:
     return None
+
+
+# what KernelStore.load returns while recording: a kernel that does nothing (see cache/store.py's LoadResult)
+_SKIPPED_LOAD = SimpleNamespace(kernel=_skipped, seconds=0.0, compiled=0, loaded=0)
 
 
 def _helper_main(directory: str, index: int, count: int) -> None:
