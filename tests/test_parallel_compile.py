@@ -192,3 +192,13 @@ def test_a_session_arms_its_first_run_only(tmp_path):
     assert sess._first_run is None and first_run._procs == [] and first_run._job is None
     assert_all_same(sess.run(None, feeds), ort_run(model, feeds))
     assert onnxjit.InferenceSession(model.SerializeToString())._first_run is None  # the suite's environment: 0
+
+
+@pytest.mark.skipif(not hasattr(__import__("signal"), "SIGALRM"), reason="the time limit needs SIGALRM (Unix)")
+def test_a_recording_run_that_never_ends_is_stopped():
+    import time
+    t0 = time.perf_counter()
+    with parallel_compile._time_limit(0.2):
+        while time.perf_counter() - t0 < 30:
+            pass
+    assert time.perf_counter() - t0 < 5

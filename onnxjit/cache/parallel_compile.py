@@ -46,6 +46,7 @@ PROCESSES_ENV = "ONNXJIT_COMPILE_PROCESSES"
 MAX_PROCESSES = 4  # each helper holds the model and recompiles nothing the others do; more rarely pays
 MAX_FEEDS_BYTES = 256 << 20  # inputs are handed to the helpers through a file
 NICE = 10
+RECORDING_SECONDS = 10.0  # a recording run taking longer is stopped (its noted kernels are compiled)
 
 _armed = threading.local()  # .first_run: the FirstRun whose run is on this thread, if any
 
@@ -228,6 +229,33 @@ class _Recorder:
                 compile_for_args, launcher, store_load
 
 
+class _OutOfTime(Exception):
+    pass
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raises _OutOfTime in this (the main) thread after `seconds`, where signals allow: a recording run's Loop
+    whose condition a skipped kernel should have computed may never end."""
+    import signal
+    if not hasattr(signal, "SIGALRM"):
+        yield
+        return
+
+    def out_of_time(signum, frame):
+        raise _OutOfTime()
+
+    previous = signal.signal(signal.SIGALRM, out_of_time)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    except _OutOfTime:
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def _skipped(*args, **kws) -> None:
     return None
 
@@ -256,7 +284,7 @@ def _helper_main(directory: str, index: int, count: int) -> None:
     sess = onnxjit.InferenceSession(job["model"], so, providers=[name for name, _ in providers],
                                     provider_options=[options for _, options in providers])
     recorder = _Recorder()
-    with recorder.active():
+    with recorder.active(), _time_limit(RECORDING_SECONDS):
         try:
             sess.run(None, job["feeds"])
         except Exception:  # noqa: BLE001 - a step that cannot run on skipped outputs: help with what was noted
