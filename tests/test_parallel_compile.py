@@ -47,6 +47,7 @@ def test_process_count(monkeypatch):
     monkeypatch.delenv(parallel_compile.PROCESSES_ENV, raising=False)
     default = parallel_compile.process_count({})
     assert default == max(0, min(parallel_compile.MAX_PROCESSES, parallel_compile.usable_cores() - 1))
+    assert parallel_compile.process_count({}, threads=1) == 0  # a session held to one core
     monkeypatch.setenv(parallel_compile.PROCESSES_ENV, "3")
     assert parallel_compile.process_count({}) == 3
     assert parallel_compile.process_count({parallel_compile.PROCESSES_KEY: "0"}) == 0  # the session's entry wins
@@ -142,7 +143,7 @@ def test_a_helper_fills_the_caches_a_new_process_runs_from(tmp_path):
     job = _job_dir(tmp_path, model, feeds, SETTINGS)
     env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"), ONNXJIT_CACHE_DIR=str(tmp_path / "generated"),
                ONNXJIT_COMPILE_PROCESSES="0")
-    helper = subprocess.run([sys.executable, "-m", "onnxjit.cache.parallel_compile", job, "0", "1"], env=env,
+    helper = subprocess.run([sys.executable, "-c", parallel_compile.HELPER_MAIN, job, "0", "1"], env=env,
                             capture_output=True, text=True, timeout=600)
     assert helper.returncode == 0, helper.stderr
     assert os.listdir(tmp_path / "numba") and os.listdir(tmp_path / "generated")  # it filled both kernel caches

@@ -20,8 +20,9 @@ needs either way. Helpers run at a lower priority (nice 10) and exit when the se
 
 Settings: session config entry ``session.onnxjit.compile_processes`` or the environment variable
 ``ONNXJIT_COMPILE_PROCESSES`` (``0``: no helpers). Helpers start only for sessions whose providers are all
-on the host (CPU, fallback), whose inputs pickle within MAX_FEEDS_BYTES and whose model serializes, and by
-default not in a frozen (bundled) application.
+on the host (CPU, fallback), whose inputs pickle within MAX_FEEDS_BYTES and whose model serializes; by default
+none for a session held to one intra-op thread (its process is likely one of several sharing the cores, as Dask
+workers are) and none in a frozen (bundled) application.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ import threading
 from types import SimpleNamespace
 from typing import Any, Callable, Optional
 
+from onnxjit import config
 from onnxjit.errors import InvalidArgument
 
 log = logging.getLogger("onnxjit")
@@ -46,6 +48,8 @@ PROCESSES_ENV = "ONNXJIT_COMPILE_PROCESSES"
 MAX_PROCESSES = 4  # each helper holds the model and recompiles nothing the others do; more rarely pays
 MAX_FEEDS_BYTES = 256 << 20  # inputs are handed to the helpers through a file
 NICE = 10
+HELPER_MAIN = ("import sys; from onnxjit.cache.parallel_compile import helper_main; "
+               "helper_main(*sys.argv[1:])")
 RECORDING_SECONDS = 10.0  # a recording run taking longer is stopped (its noted kernels are compiled)
 
 _armed = threading.local()  # .first_run: the FirstRun whose run is on this thread, if any
@@ -58,15 +62,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def process_count(config: dict) -> int:
+def process_count(config: dict, threads: int = 0) -> int:
     """Helpers a session starts at its first run's first cache miss: its config entry, else the environment
-    variable, else one per other usable core (at most MAX_PROCESSES)."""
+    variable, else one per other usable core (at most MAX_PROCESSES), none for a session limited to one intra-op
+    thread (`threads`; 0: all cores), whose process is likely one of several sharing the cores (Dask workers)."""
     raw = config.get(PROCESSES_KEY)
     where = f"session config entry {PROCESSES_KEY!r}"
     if raw is None:
         raw, where = os.environ.get(PROCESSES_ENV, "").strip(), f"environment variable {PROCESSES_ENV}"
     if raw is None or raw == "":
-        if getattr(sys, "frozen", False):  # a bundled app: sys.executable is the app, not a Python to run -m with
+        if getattr(sys, "frozen", False) or threads == 1:  # frozen: sys.executable is the app, not a Python
             return 0
         return max(0, min(MAX_PROCESSES, usable_cores() - 1))
     try:
@@ -141,8 +146,9 @@ class FirstRun:
         for i in range(self.count):
             try:
                 self._procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "onnxjit.cache.parallel_compile", self._dir, str(i), str(self.count)],
-                    env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                    [sys.executable, "-c", HELPER_MAIN, self._dir, str(i), str(self.count)], env=env,
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=None if config.DEBUG else subprocess.DEVNULL))  # ONNXJIT_DEBUG: their errors show
             except OSError as e:
                 log.debug("onnxjit: compile helper %d did not start: %s", i, e)
 
@@ -264,7 +270,9 @@ def _skipped(*args, **kws) -> None:
 _SKIPPED_LOAD = SimpleNamespace(kernel=_skipped, seconds=0.0, compiled=0, loaded=0)
 
 
-def _helper_main(directory: str, index: int, count: int) -> None:
+def helper_main(directory: str, index: str, count: str) -> None:
+    """A helper process (started as HELPER_MAIN): the job in `directory`, its share `index` of `count`."""
+    index, count = int(index), int(count)
     try:
         os.nice(NICE)
     except (AttributeError, OSError):
@@ -297,6 +305,3 @@ def _helper_main(directory: str, index: int, count: int) -> None:
         except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
             pass
 
-
-if __name__ == "__main__":
-    _helper_main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]))

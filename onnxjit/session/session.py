@@ -165,7 +165,7 @@ class InferenceSession:
         self._threads = int(so.intra_op_num_threads or 0)
         self._device_feeds: set[str] = set()  # inputs a device array was fed to
         self._compiled_on_device: CompiledGraph | None = None  # without the outputs' copies (_run_bound)
-        helpers = parallel_compile.process_count(self._config)
+        helpers = parallel_compile.process_count(self._config, self._threads)
         self._first_run = None
         if helpers and all(p.name in ("CPUExecutionProvider", FALLBACK) for p in self._providers):
             job = (path_or_bytes, {"level": int(level), "threads": self._threads, "config": dict(self._config),
