@@ -36,7 +36,8 @@ def _convnet(rng):
     nodes = [h.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]), h.make_node("Relu", ["c"], ["r"]),
              h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
              h.make_node("Flatten", ["p"], ["f"]), h.make_node("Softmax", ["f"], ["s"], axis=-1),
-             h.make_node("Tanh", ["s"], ["t"]), h.make_node("Sigmoid", ["s"], ["g"]), h.make_node("Mul", ["t", "g"], ["y"])]
+             h.make_node("Tanh", ["s"], ["t"]), h.make_node("Sigmoid", ["s"], ["g"]),
+             h.make_node("Mul", ["t", "g"], ["y"])]
     model = make_model(nodes, [tensor("x", T.FLOAT, ["N", 3, 16, 16])], [tensor("y", T.FLOAT, ["N", 512])],
                        initializers=[nh.from_array(rng.standard_normal((8, 3, 3, 3)).astype(np.float32), "w"),
                                      nh.from_array(rng.standard_normal(8).astype(np.float32), "b")])

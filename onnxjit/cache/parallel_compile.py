@@ -1,16 +1,16 @@
 """Parallel compilation of a session's first run: helper processes fill the kernel caches while the run compiles.
 
 Over an empty cache, a session's first run compiles every kernel it meets, one after another, on one core (light
-resnet50: 15 kernel signatures, 22-28 s on a 2-core Intel Emerald Rapids VM; Numba's compiler holds a process-wide
-lock, so threads cannot share the work). Processes can. When a first run meets its first cache miss, the session
-starts `compile_processes` helpers (default: one per other core the process may run on, at most MAX_PROCESSES).
-Each helper builds the same session and runs it once on the same inputs in *recording* mode: every call of a
-cached Numba dispatcher (a kernel of onnxjit/kernels, a thread-pool launcher) that has no compiled code for its
-argument types, and every generated kernel the run binds, is noted and skipped, leaving the step's outputs as
-they were allocated. It then compiles the noted signatures from the last one back: helper i of n takes the (i+1)-th from
-the end and every n-th before it. The session compiles from the first, as its run meets them, and Numba looks in
-its disk cache before each compile (re-reading the index), so what a helper finished first is loaded instead.
-When the first run ends the session terminates the helpers: what they had not compiled, the run has.
+resnet50: 13 kernel signatures and their launchers, 25-34 s on a 2-core Intel Emerald Rapids VM; Numba's compiler
+holds a process-wide lock, so threads cannot share the work). Processes can. When a first run meets its first cache
+miss, the session starts `compile_processes` helpers (default: one per other core the process may run on, at most
+MAX_PROCESSES). Each helper builds the same session and runs it once on the same inputs in *recording* mode: every
+call of a cached Numba dispatcher (a kernel of onnxjit/kernels, a thread-pool launcher) that has no compiled code
+for its argument types, and every generated kernel the run binds, is noted and skipped, leaving the step's outputs
+as they were allocated. It then compiles the noted signatures from the last one back: helper i of n takes the
+(i+1)-th from the end and every n-th before it. The session compiles from the first, as its run meets them, and
+Numba looks in its disk cache before each compile (re-reading the index), so what a helper finished first is loaded
+instead. When the first run ends the session terminates the helpers: what they had not compiled, the run has.
 
 Nothing a helper does reaches a result: it only writes cache entries, through the same caches and keys as the
 session (Numba writes each file to a temporary name and renames it, so a helper killed mid-write leaves no partial
@@ -35,8 +35,9 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable, Optional
+from typing import Any
 
 from onnxjit import config
 from onnxjit.errors import InvalidArgument
@@ -62,15 +63,15 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def process_count(config: dict, threads: int = 0) -> int:
-    """Helpers a session starts at its first run's first cache miss: its config entry, else the environment
+def process_count(entries: dict, threads: int = 0) -> int:
+    """Helpers a session starts at its first run's first cache miss: its config `entries`' one, else the environment
     variable, else one per other usable core (at most MAX_PROCESSES), none for a session limited to one intra-op
     thread (`threads`; 0: all cores), whose process is likely one of several sharing the cores (Dask workers)."""
-    raw = config.get(PROCESSES_KEY)
+    raw = entries.get(PROCESSES_KEY)
     where = f"session config entry {PROCESSES_KEY!r}"
     if raw is None:
         raw, where = os.environ.get(PROCESSES_ENV, "").strip(), f"environment variable {PROCESSES_ENV}"
-    if raw is None or raw == "":
+    if not raw:
         if getattr(sys, "frozen", False) or threads == 1:  # frozen: sys.executable is the app, not a Python
             return 0
         return max(0, min(MAX_PROCESSES, usable_cores() - 1))
@@ -98,11 +99,11 @@ class FirstRun:
 
     def __init__(self, count: int, job: tuple[Any, dict]):
         self.count = count
-        self._job: Optional[tuple[Any, dict]] = job
+        self._job: tuple[Any, dict] | None = job
         self._feeds: Any = None
         self._started = False
         self._procs: list[subprocess.Popen] = []
-        self._dir: Optional[str] = None
+        self._dir: str | None = None
 
     @contextlib.contextmanager
     def armed(self, feeds: dict):
@@ -140,14 +141,19 @@ class FirstRun:
             log.debug("onnxjit: no compile helpers: %s: %s", type(e).__name__, e)
             self.stop()
             return
+        # the helpers must import this onnxjit (its kernels' cache entries are keyed by their files' place): they
+        # start in the folder that holds it, with relative cache folders made absolute first
         env = dict(os.environ, **{PROCESSES_ENV: "0"})
+        for name in ("ONNXJIT_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+            if env.get(name):
+                env[name] = os.path.abspath(os.path.expanduser(env[name]))
         package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
         for i in range(self.count):
             try:
                 self._procs.append(subprocess.Popen(
                     [sys.executable, "-c", HELPER_MAIN, self._dir, str(i), str(self.count)], env=env,
-                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    cwd=package_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     stderr=None if config.DEBUG else subprocess.DEVNULL))  # ONNXJIT_DEBUG: their errors show
             except OSError as e:
                 log.debug("onnxjit: compile helper %d did not start: %s", i, e)
@@ -262,6 +268,13 @@ def _time_limit(seconds: float):
         signal.signal(signal.SIGALRM, previous)
 
 
+def _report() -> None:
+    """The exception being handled, on a helper's stderr where ONNXJIT_DEBUG lets it through (FirstRun.start)."""
+    if config.DEBUG:
+        import traceback
+        traceback.print_exc()
+
+
 def _skipped(*args, **kws) -> None:
     return None
 
@@ -296,12 +309,18 @@ def helper_main(directory: str, index: str, count: str) -> None:
         try:
             sess.run(None, job["feeds"])
         except Exception:  # noqa: BLE001 - a step that cannot run on skipped outputs: help with what was noted
-            pass
-    for compile_job in recorder.jobs[::-1][index::count]:
+            _report()
+    mine = recorder.jobs[::-1][index::count]
+    if config.DEBUG:
+        print(f"onnxjit compile helper {index} of {count}: {len(recorder.jobs)} kernel signatures noted, "
+              f"compiling {len(mine)}", file=sys.stderr, flush=True)
+    for compile_job in mine:
         if os.getppid() != parent:  # the session's process is gone
+            if config.DEBUG:
+                print(f"onnxjit compile helper {index}: parent {parent} gone ({os.getppid()})", file=sys.stderr)
             return
         try:
             compile_job()
         except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
-            pass
+            _report()
 
