@@ -320,15 +320,14 @@ def _launcher(kernel, args, state):
         # another model's, from ever handing these off)
         _launchers[key] = len(kernel.overloads)
         return None
-    launch_sig = launch_signature(args, kernel, state)
+    launch_sig = launch_signature(argtys, state)
     found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
                                compile_launch(launch_sig))
     return found
 
 
-def launch_signature(args, kernel, state) -> tuple:
-    """`_launch`'s argument types for a job of `kernel` over `args`."""
-    argtys = tuple(kernel.typeof_pyval(a) for a in args)
+def launch_signature(argtys: tuple, state) -> tuple:
+    """`_launch`'s argument types for a job over arguments of Numba types `argtys`."""
     return typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64
 
 

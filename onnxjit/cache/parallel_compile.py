@@ -224,7 +224,7 @@ class _Recorder:
         def note_launcher(kernel, args, state):
             found = launcher(kernel, args, state)
             if found is None and isinstance(kernel, Dispatcher) and cached(kernel):
-                sig = worker_pool.launch_signature(args, kernel, state)
+                sig = worker_pool.launch_signature(tuple(kernel.typeof_pyval(a) for a in args), state)
                 self._note(("launch", sig), lambda: worker_pool.compile_launch(sig))
             return found
 

@@ -12,7 +12,6 @@ pads for the dilated kernel as the spec says. Kernels run over threads through `
 from __future__ import annotations
 
 import contextlib
-
 import math
 from dataclasses import dataclass
 
