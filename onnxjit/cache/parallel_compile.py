@@ -187,8 +187,9 @@ def _nbytes(value: Any) -> int:
 
 
 class _Recorder:
-    """While active: a call of a cached Numba dispatcher without code for its argument types, and a thread-pool
-    launch without a launcher for them, are noted (in order, once each) and skipped."""
+    """While active: a call (on this thread) of a cached Numba dispatcher without code for its argument types, a
+    thread-pool launch without a launcher for them, and a generated kernel's load, are noted (in order, once each,
+    as `jobs` that compile or load them) and skipped."""
 
     def __init__(self):
         self.jobs: list[Callable[[], Any]] = []
