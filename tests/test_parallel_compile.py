@@ -9,6 +9,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -162,25 +163,43 @@ def test_a_helper_fills_the_caches_a_new_process_runs_from(tmp_path):
         assert_all_same(pickle.load(f), ort_run(model, feeds))
 
 
-def test_a_first_run_starts_its_helpers_at_a_miss_and_stops_them_at_its_end(tmp_path):
+def _started(first_run, seconds=60):
+    """first_run's helper processes, once its start timer has spawned them."""
+    deadline = time.monotonic() + seconds
+    while not first_run._procs and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return list(first_run._procs)
+
+
+def test_a_first_run_starts_its_helpers_after_a_miss_and_stops_them_at_its_end(tmp_path):
     model, feeds = _convnet(np.random.default_rng(2))
-    first_run = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS))
+    first_run = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS), delay=0)
     parallel_compile.cache_missed()  # not armed: nothing starts
+    time.sleep(0.1)
     assert first_run._procs == []
     with first_run.armed(feeds):
         parallel_compile.cache_missed()
         parallel_compile.cache_missed()  # started once
-        (proc,) = first_run._procs
+        (proc,) = _started(first_run)
         directory = first_run._dir
         assert os.path.exists(os.path.join(directory, "model.onnx"))
         assert proc.wait(timeout=600) == 0  # its kernels are compiled in this process's caches: it ends soon
     assert first_run._procs == [] and not os.path.exists(directory)
 
-    slow = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS))
+    slow = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS), delay=0)
     with slow.armed(feeds):
         parallel_compile.cache_missed()
-        (proc,) = slow._procs
+        (proc,) = _started(slow)
     assert proc.poll() is not None  # terminated with the run
+
+
+def test_a_first_run_that_ends_within_the_delay_starts_no_helper():
+    model, feeds = _convnet(np.random.default_rng(4))
+    first_run = parallel_compile.FirstRun(1, (model.SerializeToString(), SETTINGS), delay=0.5)
+    with first_run.armed(feeds):
+        parallel_compile.cache_missed()
+    time.sleep(1.0)
+    assert first_run._procs == [] and first_run._dir is None and first_run._job is None
 
 
 def test_a_session_arms_its_first_run_only(tmp_path):

@@ -2,15 +2,16 @@
 
 Over an empty cache, a session's first run compiles every kernel it meets, one after another, on one core (light
 resnet50: 13 kernel signatures and their launchers, 25-34 s on a 2-core Intel Emerald Rapids VM; Numba's compiler
-holds a process-wide lock, so threads cannot share the work). Processes can. When a first run meets its first cache
-miss, the session starts `compile_processes` helpers (default: one per other core the process may run on, at most
-MAX_PROCESSES). Each helper builds the same session and runs it once on the same inputs in *recording* mode: every
-call of a cached Numba dispatcher (a kernel of onnxjit/kernels, a thread-pool launcher) that has no compiled code
-for its argument types, and every generated kernel the run binds, is noted and skipped, leaving the step's outputs
-as they were allocated. It then compiles the noted signatures from the last one back: helper i of n takes the
-(i+1)-th from the end and every n-th before it. The session compiles from the first, as its run meets them, and
-Numba looks in its disk cache before each compile (re-reading the index), so what a helper finished first is loaded
-instead. When the first run ends the session terminates the helpers: what they had not compiled, the run has.
+holds a process-wide lock, so threads cannot share the work). Processes can. A second after a first run meets its
+first cache miss (unless it has ended: a few small kernels), the session starts `compile_processes` helpers
+(default: one per other core the process may run on, at most MAX_PROCESSES). Each helper builds the same session and
+runs it once on the same inputs in *recording* mode: every call of a cached Numba dispatcher (a kernel of
+onnxjit/kernels, a thread-pool launcher) that has no compiled code for its argument types, and every generated
+kernel the run binds, is noted and skipped, leaving the step's outputs as they were allocated. It then compiles the
+noted signatures from the last one back: helper i of n takes the (i+1)-th from the end and every n-th before it. The
+session compiles from the first, as its run meets them, and Numba looks in its disk cache before each compile
+(re-reading the index), so what a helper finished first is loaded instead. When the first run ends the session
+terminates the helpers: what they had not compiled, the run has.
 
 Nothing a helper does reaches a result: it only writes cache entries, through the same caches and keys as the
 session (Numba writes each file to a temporary name and renames it, so a helper killed mid-write leaves no partial
@@ -49,6 +50,7 @@ PROCESSES_ENV = "ONNXJIT_COMPILE_PROCESSES"
 MAX_PROCESSES = 4  # each helper holds the model and recompiles nothing the others do; more rarely pays
 MAX_FEEDS_BYTES = 256 << 20  # inputs are handed to the helpers through a file
 NICE = 10
+START_DELAY = 1.0  # seconds a first run compiles before its helpers start
 HELPER_MAIN = ("import sys; from onnxjit.cache.parallel_compile import helper_main; "
                "helper_main(*sys.argv[1:])")
 RECORDING_SECONDS = 10.0  # a recording run taking longer is stopped (its noted kernels are compiled)
@@ -93,15 +95,18 @@ def cache_missed() -> None:
 
 
 class FirstRun:
-    """A session's first run, with helpers to start at its first cache miss. `job`: (the model as the session
-    was given it: a path, bytes or a ModelProto; the session's settings: optimization level, intra-op threads,
-    config entries, [(provider, options)]), what a helper needs to build the same session."""
+    """A session's first run, with helpers to start once it has compiled for START_DELAY seconds. `job`: (the
+    model as the session was given it: a path, bytes or a ModelProto; the session's settings: optimization level,
+    intra-op threads, config entries, [(provider, options)]), what a helper needs to build the same session."""
 
-    def __init__(self, count: int, job: tuple[Any, dict]):
+    def __init__(self, count: int, job: tuple[Any, dict], delay: float | None = None):
         self.count = count
+        self.delay = START_DELAY if delay is None else delay
         self._job: tuple[Any, dict] | None = job
         self._feeds: Any = None
-        self._started = False
+        self._lock = threading.Lock()  # start's timer thread against stop
+        self._started = self._stopped = False
+        self._timer: threading.Timer | None = None
         self._procs: list[subprocess.Popen] = []
         self._dir: str | None = None
 
@@ -114,65 +119,85 @@ class FirstRun:
             yield
         finally:
             _armed.first_run = None
-            self._feeds = None
             self.stop()
 
     def start(self) -> None:
-        if self._started:
-            return
-        self._started = True
-        (model, settings), self._job = self._job, None
-        try:
-            feeds = self._feeds
-            if _nbytes(feeds) > MAX_FEEDS_BYTES:
+        """At a cache miss: the helpers start `delay` seconds later, unless the run has ended by then (a model
+        whose few kernels compile in a moment is not worth a helper's start, 1.5-2 s of another core)."""
+        with self._lock:
+            if self._started or self._stopped:
                 return
-            self._dir = tempfile.mkdtemp(prefix="onnxjit-compile-")
-            if isinstance(model, (str, os.PathLike)):
-                model = os.path.abspath(model)  # its external data, if any, stays beside it
-            else:
-                data = model.SerializeToString() if hasattr(model, "SerializeToString") else bytes(model)
-                model = os.path.join(self._dir, "model.onnx")
-                with open(model, "wb") as f:
-                    f.write(data)
-            with open(os.path.join(self._dir, "job.pkl"), "wb") as f:
-                pickle.dump({"model": model, "settings": settings, "feeds": feeds, "parent": os.getpid()}, f,
-                            protocol=5)
-        except Exception as e:  # noqa: BLE001 - no helpers is always a correct answer
-            log.debug("onnxjit: no compile helpers: %s: %s", type(e).__name__, e)
-            self.stop()
-            return
-        # the helpers must import this onnxjit (its kernels' cache entries are keyed by their files' place): they
-        # start in the folder that holds it, with relative cache folders made absolute first
-        env = dict(os.environ, **{PROCESSES_ENV: "0"})
-        for name in ("ONNXJIT_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
-            if env.get(name):
-                env[name] = os.path.abspath(os.path.expanduser(env[name]))
-        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
-        for i in range(self.count):
+            self._started = True
+            self._timer = threading.Timer(self.delay, self._spawn)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _spawn(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
             try:
-                self._procs.append(subprocess.Popen(
-                    [sys.executable, "-c", HELPER_MAIN, self._dir, str(i), str(self.count)], env=env,
-                    cwd=package_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                    stderr=None if config.DEBUG else subprocess.DEVNULL))  # ONNXJIT_DEBUG: their errors show
-            except OSError as e:
-                log.debug("onnxjit: compile helper %d did not start: %s", i, e)
+                self._write_job()
+            except Exception as e:  # noqa: BLE001 - no helpers is always a correct answer
+                log.debug("onnxjit: no compile helpers: %s: %s", type(e).__name__, e)
+                return
+            if self._dir is None:
+                return
+            # the helpers must import this onnxjit (its kernels' cache entries are keyed by their files' place):
+            # they start in the folder that holds it, with relative cache folders made absolute first
+            env = dict(os.environ, **{PROCESSES_ENV: "0"})
+            for name in ("ONNXJIT_CACHE_DIR", "NUMBA_CACHE_DIR", "XDG_CACHE_HOME"):
+                if env.get(name):
+                    env[name] = os.path.abspath(os.path.expanduser(env[name]))
+            package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, env.get("PYTHONPATH")) if p)
+            for i in range(self.count):
+                try:
+                    self._procs.append(subprocess.Popen(
+                        [sys.executable, "-c", HELPER_MAIN, self._dir, str(i), str(self.count)], env=env,
+                        cwd=package_root, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                        stderr=None if config.DEBUG else subprocess.DEVNULL))  # ONNXJIT_DEBUG: their errors show
+                except OSError as e:
+                    log.debug("onnxjit: compile helper %d did not start: %s", i, e)
+
+    def _write_job(self) -> None:
+        """The job's files in a new temporary folder (self._dir), unless the inputs are too large to hand over."""
+        (model, settings), self._job = self._job, None
+        feeds = self._feeds
+        if _nbytes(feeds) > MAX_FEEDS_BYTES:
+            return
+        self._dir = tempfile.mkdtemp(prefix="onnxjit-compile-")
+        if isinstance(model, (str, os.PathLike)):
+            model = os.path.abspath(model)  # its external data, if any, stays beside it
+        else:
+            data = model.SerializeToString() if hasattr(model, "SerializeToString") else bytes(model)
+            model = os.path.join(self._dir, "model.onnx")
+            with open(model, "wb") as f:
+                f.write(data)
+        with open(os.path.join(self._dir, "job.pkl"), "wb") as f:
+            pickle.dump({"model": model, "settings": settings, "feeds": feeds, "parent": os.getpid()}, f,
+                        protocol=5)
 
     def stop(self) -> None:
-        self._job = None
-        for proc in self._procs:
+        """Cancels a pending start, terminates the helpers and removes the job's files."""
+        with self._lock:
+            self._stopped = True
+            if self._timer is not None:
+                self._timer.cancel()
+            procs, self._procs = self._procs, []
+            directory, self._dir = self._dir, None
+            self._job = self._feeds = None
+        for proc in procs:
             if proc.poll() is None:
                 proc.terminate()
-        for proc in self._procs:
+        for proc in procs:
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._procs = []
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
+        if directory is not None:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _nbytes(value: Any) -> int:
