@@ -3,8 +3,9 @@
 `eliminate_noops` removes Identity; Dropout in inference (training_mode absent or a constant false, mask output
 unread; any ratio, and Dropout-1/6's is_test ignored, as onnxruntime does); Cast to the input's own type (and
 CastLike); Reshape to the input's static shape; Transpose with the identity perm; Pad with all-zero pads (any mode:
-nothing is added); Slice covering the whole tensor; Expand to a shape that does not change the input's; and
-Unsqueeze/Squeeze pairs over the same axes. Readers of the removed node's output read its input instead; where
+nothing is added); Slice covering the whole tensor; Expand to a shape that does not change the input's;
+Unsqueeze/Squeeze pairs over the same axes; and multiplying or dividing by constant ones or subtracting constant
+(+)zeros that do not broadcast the input larger (LightGBM's exports multiply their probabilities by 1). Readers of the removed node's output read its input instead; where
 that output is a graph output (or read by a subgraph) the input takes over its name, which a graph input,
 initializer or another pinned value cannot: then the node stays.
 
@@ -135,6 +136,30 @@ def _cancelled_pair(node: Node, graph: Graph) -> Value | None:
     return x if a is not None and a == b else None
 
 
+def _arithmetic_identity(node: Node, graph: Graph) -> Value | None:
+    """x of x * 1, 1 * x, x / 1 or x - 0 (+0 only), where the constant's every element is the identity and it
+    broadcasts without changing x's shape. These are exact in IEEE arithmetic, NaN, infinities and -0 included;
+    x + 0 and x - (-0) are not (-0 + 0 is +0), and stay."""
+    if len(node.inputs) != 2 or node.inputs[1] is None:
+        return None
+    op, (a, b) = node.op_type, node.inputs
+    unit = 0 if op == "Sub" else 1
+    for x, c in ([(a, b), (b, a)] if op == "Mul" else [(a, b)]):
+        k = const_value(c, graph)
+        if k is None or k.size == 0 or not np.all(k == unit) or (unit == 0 and np.any(np.signbit(k))):
+            continue
+        shape, rank = static_shape(x), rank_of(x)
+        if shape is not None:
+            try:
+                if np.broadcast_shapes(shape, k.shape) == shape:
+                    return x
+            except ValueError:
+                continue
+        elif k.ndim == 0 or (rank is not None and k.ndim <= rank and all(d == 1 for d in k.shape)):
+            return x  # (a 0-d constant broadcasts over any shape without changing it)
+    return None
+
+
 def passed_through(node: Node, graph: Graph, pinned: set[str]) -> Value | None:
     """The input `node` outputs unchanged, when it is a no-op."""
     if node.domain != "" or not node.inputs or node.inputs[0] is None or not node.outputs:
@@ -161,6 +186,8 @@ def passed_through(node: Node, graph: Graph, pinned: set[str]) -> Value | None:
         same = _expand_is_identity(node, graph)
     elif op in ("Squeeze", "Unsqueeze"):
         return _cancelled_pair(node, graph)
+    elif op in ("Mul", "Div", "Sub"):
+        return _arithmetic_identity(node, graph)
     else:
         same = False
     return x if same else None
