@@ -258,23 +258,29 @@ def slice1_attributes(node):
             None if axes is None else [int(a) for a in axes])
 
 
-def build_slice(node):
-    if not _tensor_inputs(node):
-        return None
+def slice_indexer(node):
+    """A Slice node's (any opset) `index(shape, *inputs after the data)`: slice_index's index of the part it takes of
+    a tensor of `shape`; None where the node lacks what it needs (the CPU and CUDA providers' Slice)."""
     if node.opset < 10:  # Slice-1: starts/ends/axes attributes
         given = slice1_attributes(node)
         if given is None:
             return None
         starts, ends, axes = given
-        return lambda x: (_contig(x[slice_index(x.shape, starts, ends, axes, None, False)]),)
+        return lambda shape: slice_index(shape, starts, ends, axes, None, False)
     if len(node.inputs) < 3:
         return None
 
-    def run(x, starts, ends, axes=None, steps=None):
-        idx = slice_index(x.shape, _ints(starts), _ints(ends), None if axes is None else _ints(axes),
-                          None if steps is None else _ints(steps), True)
-        return (_contig(x[idx]),)
-    return run
+    def index(shape, starts, ends, axes=None, steps=None):
+        return slice_index(shape, _ints(starts), _ints(ends), None if axes is None else _ints(axes),
+                           None if steps is None else _ints(steps), True)
+    return index
+
+
+def build_slice(node):
+    index = slice_indexer(node) if _tensor_inputs(node) else None
+    if index is None:
+        return None
+    return lambda x, *bounds: (_contig(x[index(x.shape, *bounds)]),)
 
 
 for _v in (1, 10, 11, 13):
@@ -353,15 +359,19 @@ def build_expand(node):
         return None
 
     def run(x, shape):
-        shape = tuple(_ints(shape))
-        if any(s < 0 for s in shape):
-            raise ValueError(f"Expand: invalid shape {list(shape)}")
-        try:
-            out = np.broadcast_shapes(x.shape, shape)
-        except ValueError:
-            raise ValueError(f"Expand: the input shape {list(x.shape)} cannot broadcast to {list(shape)}") from None
-        return (np.broadcast_to(x, out).copy(),)
+        return (np.broadcast_to(x, expand_shape(x.shape, _ints(shape))).copy(),)
     return run
+
+
+def expand_shape(shape, target) -> tuple[int, ...]:
+    """Expand's output shape: `shape` (the input's) broadcast with `target` (ints); ValueError naming the problem."""
+    target = tuple(target)
+    if any(s < 0 for s in target):
+        raise ValueError(f"Expand: invalid shape {list(target)}")
+    try:
+        return np.broadcast_shapes(tuple(shape), target)
+    except ValueError:
+        raise ValueError(f"Expand: the input shape {list(shape)} cannot broadcast to {list(target)}") from None
 
 
 for _v in (8, 13):
@@ -376,24 +386,31 @@ def build_tile(node):
             return None
 
         def run1(x, tiles, axis):
-            reps = [1] * x.ndim
-            reps[_axis(int(_scalar_of(axis, "Tile: axis")), x.ndim, "Tile")] = int(_scalar_of(tiles, "Tile: tiles"))
-            return (_tile(x, reps),)
+            return (_tile(x, tile1_repeats(x.ndim, tiles, axis)),)
         return run1
     if len(node.inputs) != 2:
         return None
+    return lambda x, repeats: (_tile(x, _ints(repeats)),)
 
-    def run(x, repeats):
-        reps = _ints(repeats)
-        if len(reps) != x.ndim:
-            raise ValueError(f"Tile: 'repeats' has {len(reps)} values for an input of rank {x.ndim}")
-        return (_tile(x, reps),)
-    return run
+
+def tile1_repeats(rank: int, tiles, axis) -> list[int]:
+    """Tile-1's (tiles, axis) inputs as the repeats of each axis of a tensor of `rank`."""
+    reps = [1] * rank
+    reps[_axis(int(_scalar_of(axis, "Tile: axis")), rank, "Tile")] = int(_scalar_of(tiles, "Tile: tiles"))
+    return reps
+
+
+def tile_repeats(rank: int, reps: list[int]) -> list[int]:
+    """`reps`, checked as Tile's repeats of a tensor of `rank`: one per axis, none negative."""
+    if len(reps) != rank:
+        raise ValueError(f"Tile: 'repeats' has {len(reps)} values for an input of rank {rank}")
+    if any(r < 0 for r in reps):
+        raise ValueError(f"Tile: repeats {reps} must be non-negative")
+    return reps
 
 
 def _tile(x, reps):
-    if any(r < 0 for r in reps):
-        raise ValueError(f"Tile: repeats {reps} must be non-negative")
+    reps = tile_repeats(x.ndim, reps)
     return np.tile(x, reps) if x.ndim else x.copy()
 
 

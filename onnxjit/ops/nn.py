@@ -320,6 +320,22 @@ def conv_attributes(node, r, auto_pad):
     return group, strides, dilations, pads
 
 
+def conv_node_attributes(node):
+    """(auto_pad, spatial rank, kernel_shape as ints or None, (group, strides, dilations, pads)) of a Conv node, or
+    None where they are not ones the conv kernels take (the CPU and CUDA providers' Conv)."""
+    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad not in AUTO_PADS:
+        return None
+    kernel_attr = attr(node, "kernel_shape")
+    r = spatial_rank(node, kernel_attr)
+    if r is None:
+        return None
+    geometry = conv_attributes(node, r, auto_pad)
+    if geometry is None:
+        return None
+    return auto_pad, r, [int(k) for k in kernel_attr] if kernel_attr else None, geometry
+
+
 @register_op("Conv", since=1)
 @register_op("Conv", since=11)
 @register_op("FusedConv", since=1, domain=FUSED_DOMAIN)
@@ -331,18 +347,10 @@ def build_conv(node):
     if not 2 <= len(node.inputs) <= n_in or float_type(node, range(n_in)) is None or wanted_outputs(node) != 1 \
             or act is None:
         return None
-    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
-    if auto_pad not in AUTO_PADS:
+    attributes = conv_node_attributes(node)
+    if attributes is None:
         return None
-    kernel_attr = attr(node, "kernel_shape")
-    r = spatial_rank(node, kernel_attr)
-    if r is None:
-        return None
-    geometry = conv_attributes(node, r, auto_pad)
-    if geometry is None:
-        return None
-    group, strides, dilations, pads = geometry
-    kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
+    auto_pad, r, kernel_attr, (group, strides, dilations, pads) = attributes
     cache = {}
     has_z = len(node.inputs) > 3 and node.inputs[3] is not None
     winograd_weights = ConstantDerived(constant_input(node, 1), _winograd_weights)

@@ -63,20 +63,27 @@ def _run_rows(x2, y2, op, scale=None, bias=None, eps=0.0, mean=None, inv=None):
     run_units(kn.rows, (x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block), units, y2.size * 8)
 
 
+def softmax_geometry(shape, axis: int, per_axis: bool, name: str) -> tuple[int, int, int]:
+    """(outer, n, inner) of Softmax-family rows over a tensor of `shape`: the n values a row normalizes lie `inner`
+    apart (opset 13's single axis) or together (older opsets: every axis from `axis` on); a 0-d tensor is one row
+    of one value."""
+    nd = len(shape)
+    if nd == 0:
+        return 1, 1, 1
+    a = axis + nd if axis < 0 else axis
+    if not 0 <= a < nd:
+        raise ValueError(f"{name}: axis {axis} is out of range for an input of rank {nd}")
+    if per_axis:
+        return math.prod(shape[:a]), shape[a], math.prod(shape[a + 1:])
+    return math.prod(shape[:a]), math.prod(shape[a:]), 1
+
+
 def softmax(x: np.ndarray, axis: int, mode: int, per_axis: bool) -> np.ndarray:
     x = np.asarray(x)
     shape, dtype = x.shape, x.dtype
-    nd = x.ndim
-    if nd == 0:  # a single element
+    if x.ndim == 0:  # a single element
         return softmax(x.reshape(1), 0, mode, per_axis).reshape(())
-    a = axis + nd if axis < 0 else axis
-    if not 0 <= a < nd:
-        raise ValueError(f"{_NAMES[mode]}: axis {axis} is out of range for an input of rank {nd}")
-    outer = math.prod(shape[:a])
-    if per_axis:
-        n, inner = shape[a], math.prod(shape[a + 1:])
-    else:
-        n, inner = math.prod(shape[a:]), 1
+    outer, n, inner = softmax_geometry(shape, axis, per_axis, _NAMES[mode])
     if x.size == 0:
         return np.empty(shape, dtype)
     cdt = compute_float(dtype)

@@ -370,18 +370,24 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
                                   f", expected: ({type_string(t)})")
         if value.dtype.kind in "US":
             value = value.astype(object)
-        if t.shape is not None:
-            if value.ndim != len(t.shape):
-                raise InvalidArgument(f"{what}: Invalid rank. Got: {value.ndim} (shape {list(value.shape)}), "
-                                      f"expected: {len(t.shape)} (shape {list(t.shape)})")
-            for axis, (want, got) in enumerate(zip(t.shape, value.shape)):
-                want = overrides.get(want, want) if isinstance(want, str) else want
-                if isinstance(want, int) and want != got:
-                    raise InvalidArgument(f"{what}: Got invalid dimensions. index: {axis} Got: {got} "
-                                          f"Expected: {want} (expected shape {list(t.shape)}, got "
-                                          f"{list(value.shape)})")
+        _check_dims(what, value, t, overrides)
         return value
     return value
+
+
+def _check_dims(what: str, value: Any, t: TensorType, overrides: dict[str, int]) -> None:
+    """InvalidArgument unless `value` (a numpy or device array) has the rank and dims `t` declares: symbolic dims
+    (and negative ones, made symbolic on load) are free unless `overrides` fixes them."""
+    if t.shape is None:
+        return
+    if value.ndim != len(t.shape):
+        raise InvalidArgument(f"{what}: Invalid rank. Got: {value.ndim} (shape {list(value.shape)}), "
+                              f"expected: {len(t.shape)} (shape {list(t.shape)})")
+    for axis, (want, got) in enumerate(zip(t.shape, value.shape)):
+        want = overrides.get(want, want) if isinstance(want, str) else want
+        if isinstance(want, int) and want != got:
+            raise InvalidArgument(f"{what}: Got invalid dimensions. index: {axis} Got: {got} Expected: {want} "
+                                  f"(expected shape {list(t.shape)}, got {list(value.shape)})")
 
 
 def _check_device_value(what: str, value: Any, t: TensorType, overrides: dict[str, int]) -> Any:
@@ -392,15 +398,7 @@ def _check_device_value(what: str, value: Any, t: TensorType, overrides: dict[st
     if given != t.elem_type:
         raise InvalidArgument(f"{what}: Unexpected input data type. Actual: ({type_string(TensorType(given))}) "
                               f", expected: ({type_string(t)})")
-    if t.shape is not None:
-        if value.ndim != len(t.shape):
-            raise InvalidArgument(f"{what}: Invalid rank. Got: {value.ndim} (shape {list(value.shape)}), "
-                                  f"expected: {len(t.shape)} (shape {list(t.shape)})")
-        for axis, (want, got) in enumerate(zip(t.shape, value.shape)):
-            want = overrides.get(want, want) if isinstance(want, str) else want
-            if isinstance(want, int) and want >= 0 and want != got:
-                raise InvalidArgument(f"{what}: Got invalid dimensions. index: {axis} Got: {got} Expected: {want} "
-                                      f"(expected shape {list(t.shape)}, got {list(value.shape)})")
+    _check_dims(what, value, t, overrides)
     return value
 
 

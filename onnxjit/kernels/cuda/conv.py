@@ -21,9 +21,7 @@ from numba import cuda
 from onnxjit.kernels.cuda.device import SIMULATED, launch_1d
 from onnxjit.kernels.cuda.gemm import MAX_GRID_YZ, grid_for, pick_tiling, tiled_kernel
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.nn import (AUTO_PADS, conv_attributes, conv_geometry, conv_kernel_of, float_type, spatial_rank,
-                            wanted_outputs)
-from onnxjit.ops.registry import attr
+from onnxjit.ops.nn import conv_geometry, conv_kernel_of, conv_node_attributes, float_type, wanted_outputs
 
 _KNOWN_ATTRS = {"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"}
 
@@ -104,18 +102,10 @@ def build_conv(node, device):
         return None
     if any(name not in _KNOWN_ATTRS for name in node.attributes):
         return None
-    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
-    if auto_pad not in AUTO_PADS:
+    attributes = conv_node_attributes(node)
+    if attributes is None or attributes[1] not in (1, 2):
         return None
-    kernel_attr = attr(node, "kernel_shape")
-    r = spatial_rank(node, kernel_attr)
-    if r not in (1, 2):
-        return None
-    geometry = conv_attributes(node, r, auto_pad)
-    if geometry is None:
-        return None
-    group, strides, dilations, pads = geometry
-    kernel_attr = [int(v) for v in kernel_attr] if kernel_attr else None
+    auto_pad, r, kernel_attr, (group, strides, dilations, pads) = attributes
     cache = {}
 
     def plan(xs, ws, has_bias, dtype):

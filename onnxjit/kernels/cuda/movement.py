@@ -29,8 +29,8 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import TensorType
 from onnxjit.kernels.cuda.device import launch_1d
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.movement import (_squeeze, _unsqueeze, merged_transpose, slice1_attributes, slice_index,
-                                  split_attributes, split_sizes)
+from onnxjit.ops.movement import (_ints, _squeeze, _unsqueeze, expand_shape, merged_transpose, slice_indexer,
+                                  split_attributes, split_sizes, tile1_repeats, tile_repeats)
 from onnxjit.ops.nn import wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types
 from onnxjit.ops.shape import reshape_target
@@ -58,10 +58,6 @@ def _rank_ok(node, i=0) -> bool:
 
 def _shape(a) -> tuple:
     return tuple(int(d) for d in a.shape)
-
-
-def _ints(a) -> list[int]:
-    return [int(v) for v in np.asarray(a).reshape(-1).tolist()]
 
 
 def _c_strides(shape) -> list[int]:
@@ -284,20 +280,10 @@ def _slice(device, x, index):
 def build_slice(node, device):
     if not node.inputs or not _data_ok(node) or not _rank_ok(node):
         return None
-    if node.opset < 10:  # Slice-1: starts/ends/axes attributes
-        given = slice1_attributes(node)
-        if given is None:
-            return None
-        starts, ends, axes = given
-        return lambda x: (_slice(device, x, slice_index(_shape(x), starts, ends, axes, None, False)),)
-    if len(node.inputs) < 3:
+    index = slice_indexer(node)
+    if index is None:
         return None
-
-    def run(x, starts, ends, axes=None, steps=None):
-        idx = slice_index(_shape(x), _ints(starts), _ints(ends), None if axes is None else _ints(axes),
-                          None if steps is None else _ints(steps), True)
-        return (_slice(device, x, idx),)
-    return run
+    return lambda x, *bounds: (_slice(device, x, index(_shape(x), *bounds)),)
 
 
 for _v in (1, 10, 11, 13):
@@ -470,16 +456,7 @@ def build_expand(node, device):
     if len(node.inputs) != 2 or not _data_ok(node):
         return None
 
-    def run(x, shape):
-        shape = tuple(_ints(shape))
-        if any(s < 0 for s in shape):
-            raise ValueError(f"Expand: invalid shape {list(shape)}")
-        try:
-            out = np.broadcast_shapes(_shape(x), shape)
-        except ValueError:
-            raise ValueError(f"Expand: the input shape {list(_shape(x))} cannot broadcast to {list(shape)}") from None
-        return (expand_on_device(device, x, out),)
-    return run
+    return lambda x, shape: (expand_on_device(device, x, expand_shape(_shape(x), _ints(shape))),)
 
 
 for _v in (8, 13):
@@ -488,10 +465,7 @@ for _v in (8, 13):
 
 def _tile_run(device, x, reps):
     shape = _shape(x)
-    if len(reps) != len(shape):
-        raise ValueError(f"Tile: 'repeats' has {len(reps)} values for an input of rank {len(shape)}")
-    if any(r < 0 for r in reps):
-        raise ValueError(f"Tile: repeats {reps} must be non-negative")
+    reps = tile_repeats(len(shape), reps)
     oshape = tuple(d * r for d, r in zip(shape, reps))
     out = device.empty(oshape, x.dtype)
     total = math.prod(oshape)
@@ -509,12 +483,7 @@ def build_tile(node, device):
             return None
 
         def run1(x, tiles, axis):
-            reps = [1] * len(x.shape)
-            a = int(np.asarray(axis).reshape(-1)[0])
-            if not -len(reps) <= a < len(reps):
-                raise ValueError(f"Tile: axis {a} is out of range for an input of rank {len(reps)}")
-            reps[a] = int(np.asarray(tiles).reshape(-1)[0])
-            return (_tile_run(device, x, reps),)
+            return (_tile_run(device, x, tile1_repeats(len(x.shape), tiles, axis)),)
         return run1
     if len(node.inputs) != 2:
         return None

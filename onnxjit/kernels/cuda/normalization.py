@@ -22,8 +22,9 @@ from onnx import TensorProto as T
 from onnxjit.kernels.cuda.device import SIMULATED, launch_1d
 from onnxjit.kernels.cuda.movement import expand_on_device
 from onnxjit.kernels.cuda.registry import register_cuda_op
-from onnxjit.ops.nn import wanted_outputs
-from onnxjit.ops.registry import attr, input_tensor_types
+from onnxjit.ops.nn import float_type, wanted_outputs
+from onnxjit.ops.normalization import softmax_geometry
+from onnxjit.ops.registry import attr
 
 BLOCK = 4 if SIMULATED else 128  # threads of a row-reduction block (a power of two)
 SHORT_ROW = 32  # rows of at most this many elements take a thread each
@@ -33,18 +34,8 @@ FLOATS = {T.FLOAT: np.float32, T.DOUBLE: np.float64}
 
 def _float_dtype(node, indices):
     """The numpy dtype all present inputs at `indices` share (float32/float64), else None."""
-    types = input_tensor_types(node)
-    found = None
-    for i in indices:
-        if i >= len(node.inputs) or node.inputs[i] is None:
-            continue
-        t = types[i]
-        if t is None or t.elem_type not in FLOATS:
-            return None
-        if found is not None and found != t.elem_type:
-            return None
-        found = t.elem_type
-    return None if found is None else np.dtype(FLOATS[found])
+    elem = float_type(node, indices)
+    return None if elem is None else np.dtype(FLOATS[elem])
 
 
 def _flat(a):
@@ -244,18 +235,7 @@ def _softmax_builder(log: bool, per_axis: bool):
         name = "LogSoftmax" if log else "Softmax"
 
         def run(x):
-            shape = _shape(x)
-            nd = len(shape)
-            a = axis + nd if axis < 0 else axis
-            if nd == 0:
-                a, shape = 0, (1,)
-            elif not 0 <= a < nd:
-                raise ValueError(f"{name}: axis {axis} is out of range for an input of rank {nd}")
-            outer = math.prod(shape[:a])
-            if per_axis:
-                n, inner = shape[a], math.prod(shape[a + 1:])
-            else:
-                n, inner = math.prod(shape[a:]), 1
+            outer, n, inner = softmax_geometry(_shape(x), axis, per_axis, name)
             y = device.empty(_shape(x), x.dtype)
             if x.size:
                 rows = outer * inner
