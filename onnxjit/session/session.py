@@ -237,8 +237,10 @@ class InferenceSession:
             _set_num_threads(self._threads)
         should_stop = (lambda: run_options.terminate) if run_options is not None else None
         profile = [] if self._profile is not None else None
-        with self._profile_lock:  # one thread's run is the first
-            first_run, self._first_run = self._first_run, None
+        first_run = None
+        if self._first_run is not None:  # (the lock only until the first run has taken it)
+            with self._profile_lock:  # one thread's run is the first
+                first_run, self._first_run = self._first_run, None
         with first_run.armed(feeds) if first_run is not None else contextlib.nullcontext():
             values = compiled.run(feeds, profile=profile, should_stop=should_stop)
         if profile:
