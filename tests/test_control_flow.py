@@ -146,6 +146,43 @@ def test_loop_inside_if(rng):
                       "step": rng.standard_normal(2, dtype=np.float32)})
 
 
+def rnn_loop_model(w_overridable: bool) -> onnx.ModelProto:
+    """A Loop whose body multiplies its state by W and adds b, both initializers of the main graph; W is also
+    listed among the graph inputs (a feed may override it) when `w_overridable`."""
+    body = helper.make_graph([helper.make_node("MatMul", ["h_in", "W"], ["hw"]),
+                              helper.make_node("Add", ["hw", "b"], ["h_out"]),
+                              helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                             "body", [tensor("i", TP.INT64, []), tensor("cond_in", TP.BOOL, []),
+                                      tensor("h_in", TP.FLOAT, [1, 4])],
+                             [tensor("cond_out", TP.BOOL, []), tensor("h_out", TP.FLOAT, [1, 4])])
+    rng = np.random.default_rng(7)
+    inits = [numpy_helper.from_array((rng.standard_normal((4, 4)) / 2).astype(np.float32), "W"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(3, np.int64), "trips")]
+    inputs = [tensor("h0", TP.FLOAT, [1, 4])] + ([tensor("W", TP.FLOAT, [4, 4])] if w_overridable else [])
+    return make_model([helper.make_node("Loop", ["trips", "", "h0"], ["h"], body=body)], inputs,
+                      [tensor("h", TP.FLOAT, [1, 4])], initializers=inits)
+
+
+def test_loop_body_takes_outer_constants_as_its_own(rng):
+    """A body's kernels see the main graph's constant initializers as constants (weights transposed once, not
+    at every iteration), and an initializer a feed may override as a value: the override reaches the body."""
+    sess = onnxjit.InferenceSession(rnn_loop_model(False).SerializeToString())
+    loop = next(n for n in sess._model.graph.nodes if n.op_type == "Loop")
+    body = loop.attributes["body"].value
+    consts = {v.name for n in body.nodes for v in n.inputs if v is not None and v.const is not None}
+    assert {"W", "b"} <= consts
+    check(rnn_loop_model(False), {"h0": rng.standard_normal((1, 4), dtype=np.float32)})
+
+    model = rnn_loop_model(True)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    body = next(n for n in sess._model.graph.nodes if n.op_type == "Loop").attributes["body"].value
+    assert "W" not in {v.name for n in body.nodes for v in n.inputs if v is not None and v.const is not None}
+    h0 = rng.standard_normal((1, 4), dtype=np.float32)
+    check(model, {"h0": h0})
+    check(model, {"h0": h0, "W": rng.standard_normal((4, 4), dtype=np.float32)})
+
+
 def test_loop16_seq_none_backend_model():
     """onnx's backend model test_loop16_seq_none (an optional sequence carried through a Loop, set in an If);
     onnx's own runner cannot compare its output (a sequence whose first element is 0-d), so compare with

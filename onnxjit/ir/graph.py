@@ -126,6 +126,30 @@ class Graph:
         self.initializers[name] = v
         return v
 
+    def outer_constant(self, name: str) -> np.ndarray | None:
+        """The constant that the enclosing graph defining `name` (this graph reads it from outside) holds under
+        it: an initializer no feed can override (not among that graph's inputs), else None."""
+        g = self.parent
+        while g is not None:
+            v = g.initializers.get(name)
+            if v is not None:
+                return None if any(i.name == name for i in g.inputs) else v.const
+            if name not in g.outer_names:
+                return None  # an input or a node output of that graph
+            g = g.parent
+        return None
+
+    def bind_outer_constants(self) -> None:
+        """Give the Values this graph reads from enclosing graphs the constants they are there (`outer_constant`),
+        so its kernels treat them as the main graph's treat its own: weights transposed or packed once, not at
+        every iteration of a Loop or Scan body. Done when the body is compiled, after the optimizer: a captured
+        constant is not one of this graph's initializers, so no pass folds or rewrites it."""
+        captured = set(self.outer_names)
+        for n in self.nodes:
+            for v in n.inputs:
+                if v is not None and v.const is None and v.name in captured:
+                    v.const = self.outer_constant(v.name)
+
     def names(self) -> set[str]:
         """Every name defined in this graph and the graphs nested in it (fresh names must avoid all of them)."""
         names = {v.name for v in self.inputs} | set(self.initializers) | set(self.outer_names)

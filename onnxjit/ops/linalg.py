@@ -20,6 +20,7 @@ from onnxjit.kernels import packed_gemm
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACKED_CHUNK_BYTES, PARALLEL_GRAIN,
                              ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, run_units)
+from onnxjit.worker_pool import CallSite, thread_count
 from onnxjit.ops.registry import attr, register_op
 
 
@@ -78,17 +79,28 @@ def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION, packed=None):
     return out
 
 
-def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION):
+def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
     """act(alpha * a @ bt.T + beta * c) for a of very few rows (see kernels.linalg.dot_cols), a (M, K) and bt
-    (N, K) C-contiguous, split over blocks of columns."""
+    (N, K) C-contiguous, c as _compact_c makes it, split over blocks of columns where the work is large enough.
+    `sites`: the calling node's dict of CallSites by argument types, which skip Numba's type dispatch (a batch-1
+    fully connected layer is mostly its step's overhead: in a Loop body, 7-9 us a step before)."""
     m, kk = a.shape
     n = bt.shape[0]
-    blocks = min(n, numba.get_num_threads() * CHUNKS_PER_THREAD)
+    work = m * n * kk
+    blocks = min(n, thread_count() * CHUNKS_PER_THREAD) if work >= PARALLEL_GRAIN else 1
     cols = max(-(-n // blocks), 16)
     out = np.empty((m, n), dtype=a.dtype)
-    kernel = k.dot_cols_f32 if a.dtype == bt.dtype == np.float32 else k.dot_cols
-    run_units(kernel, (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out),
-              -(-n // cols), m * n * kk)
+    f32 = a.dtype == bt.dtype == np.float32
+    args = (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out)
+    if sites is None:
+        run_units(k.dot_cols_f32 if f32 else k.dot_cols, args, -(-n // cols), work)
+        return out
+    # the argument types are fixed by the dtypes and C's dims (ro arrays, C from _compact_c or _no_c)
+    key = (a.dtype, bt.dtype, c.dtype, c.ndim)
+    site = sites.get(key)
+    if site is None:
+        site = sites[key] = CallSite(k.dot_cols_f32 if f32 else k.dot_cols)
+    site.run(args, -(-n // cols), work)
     return out
 
 
@@ -114,6 +126,9 @@ def build_gemm(node):
     trans_b = int(attr(node, "transB", 0)) != 0
     bt_cache = ConstantDerived(None if trans_b else constant_input(node, 1), _transposed)
     packed = ConstantDerived(constant_input(node, 1), lambda b: _packed(b.T if trans_b else b))
+    dot_sites = {}
+    const_c = constant_input(node, 2) if n_in == 3 else None
+    compact_c = {}  # (M, N) -> a constant C as _compact_c makes it
 
     def run(a, b, c=None):
         if a.ndim != 2 or b.ndim != 2:
@@ -125,14 +140,21 @@ def build_gemm(node):
         if kb != kk:
             raise ValueError(f"Gemm: A {a.shape} and B {b.shape} (after transposes) do not multiply")
         has_c = c is not None and beta != 0.0
-        cc = _compact_c(c, m, n) if has_c else _no_c(a.dtype)
+        if not has_c:
+            cc = _no_c(a.dtype)
+        elif c is const_c:
+            cc = compact_c.get((m, n))
+            if cc is None:
+                cc = compact_c[(m, n)] = _compact_c(c, m, n)
+        else:
+            cc = _compact_c(c, m, n)
         if m == 0 or n == 0 or kk == 0:
             y = np.zeros((m, n), dtype=a.dtype)
             if has_c:
                 y += (beta * np.broadcast_to(cc, (m, n))).astype(a.dtype)
             return (act.apply(y),)
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
-            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act)
+            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act, dot_sites)
         else:
             y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
         return (y,)
@@ -145,10 +167,11 @@ register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None):
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, dot_sites=None):
     """act(a @ b + c) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast; `c`
     (FusedMatMul's bias, optional) must broadcast to the product's shape without changing it. `bt_cache` may hold
-    the transposed copy of a constant B, `packed` its packed_gemm form. A bias along the columns of a product
+    the transposed copy of a constant B, `packed` its packed_gemm form, `dot_sites` the node's _dot_cols
+    CallSites. A bias along the columns of a product
     with a 2-D B is the GEMM's C (added in its epilogue); any other goes through numpy."""
     if c is not None:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -157,7 +180,7 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None):
             raise ValueError(f"FusedMatMul: C of shape {np.shape(c)} does not broadcast to the output's {out_shape}")
         c = np.asarray(c, dtype=a.dtype)
         if a.ndim < 2 or b.ndim != 2 or any(d != 1 for d in c.shape[:-1]):
-            y = matmul(a, b, bt_cache, NO_ACTIVATION, packed)
+            y = matmul(a, b, bt_cache, NO_ACTIVATION, packed, dot_sites=dot_sites)
             return act.apply(np.add(y, c, out=y))
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
@@ -179,7 +202,7 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None):
         c2, has_c = (_no_c(a.dtype), False) if c is None else (ro(c.reshape(1, -1)), True)
         beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
-            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act)
+            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, dot_sites)
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
             y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
@@ -221,7 +244,8 @@ def build_matmul(node):
     const_b = const_b if const_b is not None and const_b.ndim == 2 else None
     bt_cache = ConstantDerived(const_b, _transposed)
     packed = ConstantDerived(const_b, _packed)
-    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c),)
+    dot_sites = {}
+    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c, dot_sites),)
 
 
 for _v in (1, 9, 13):

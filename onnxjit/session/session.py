@@ -175,6 +175,7 @@ class InferenceSession:
     # --- compiling --------------------------------------------------------------------------------------------
     def compile_subgraph(self, graph: Graph) -> CompiledGraph:
         """Partition `graph` over this session's providers and compile it (used for the main graph and bodies)."""
+        graph.bind_outer_constants()
         return compile_graph(graph, self._providers, self)
 
     # --- metadata ---------------------------------------------------------------------------------------------
