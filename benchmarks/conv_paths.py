@@ -32,6 +32,7 @@ PATHS = {
     "default": {},
     "no winograd": {"WINOGRAD_MIN_TILES": BIG, "WINOGRAD_MIN_TILES_F32": BIG},
     "winograd from 4x4 tiles": {"WINOGRAD_MIN_TILES_F32": 16},
+    "winograd on BLAS": {"WINOGRAD_PACKED": False},
 }
 CONVS = 4
 

@@ -116,8 +116,9 @@ CONV_CASES = [
     ((1, 16, 28, 28), (48, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # 7x7 tiles
     ((2, 16, 29, 31), (40, 16, 3, 3), dict(pads=[0, 2, 1, 1]), False),  # partial tiles, uneven pads
     ((1, 32, 36, 26), (16, 32, 3, 3), dict(auto_pad="SAME_UPPER"), True),  # several tile-row blocks
+    ((1, 16, 4, 200), (40, 16, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # one tile row: output channels split
 ]
-WINOGRAD_CASES = CONV_CASES[-3:]
+WINOGRAD_CASES = CONV_CASES[-4:]
 # float32 GEMM-like convs on kernels.packed_gemm (pointwise ones, and the im2col of 1-D and 3-D ones): pixel counts
 # off the lanes' blocks, channels off the panels, several column chunks (deep inputs), grouped, batched, and
 # enough work to be cut for the threads
@@ -251,9 +252,10 @@ def test_conv_same_with_dilations(auto_pad):
 @pytest.mark.parametrize("xs,ws,attrs,bias", WINOGRAD_CASES)
 @pytest.mark.parametrize("dtype", [F32, F64])
 def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch):
-    """3x3 stride-1 convs with enough channels and tiles run as Winograd F(4x4, 3x3) (kernels.conv)."""
+    """3x3 stride-1 convs with enough channels and tiles run as Winograd F(4x4, 3x3) (kernels.conv): float32's
+    GEMMs on packed_gemm, float64's on BLAS."""
     from onnxjit.kernels import conv as kconv
-    calls = _counted(monkeypatch, kconv, "conv_winograd")
+    calls = _counted(monkeypatch, kconv, "conv_winograd_packed" if dtype == F32 else "conv_winograd")
     _check_conv(xs, ws, attrs, bias, dtype=dtype)
     assert calls
 

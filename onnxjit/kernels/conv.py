@@ -7,7 +7,8 @@ units over threads. Strategies:
   * `conv_gemm`: units (image, group, tile of output rows, block of output channels); per unit the group's
     weights times the tile's im2col matrix with BLAS (float32 stays float32; BLAS runs single-threaded here, the
     parallelism being over units); 1x1 unpadded stride-1 convs read the input as it is, no im2col.
-  * `conv_winograd`: 3x3 stride-1 2-D convs with enough channels and tiles, by Winograd F(4x4, 3x3).
+  * `conv_winograd`: 3x3 stride-1 2-D convs with enough channels and tiles, by Winograd F(4x4, 3x3);
+    `conv_winograd_packed` for float32, its GEMMs on kernels.packed_gemm.
   * `conv_direct`: units (image, output channel), accumulating shifted zero-padded input planes; for grouped
     convs with few channels per group (depthwise), where a GEMM per group would be tiny.
   * `conv_broadcast`: float32 dense 2-D convs other than pointwise and Winograd's (stems, strided convs, deep
@@ -37,8 +38,8 @@ from numba.core.extending import overload
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
-from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, scratch_size,
-                                         store_rows, tile_at_offsets)
+from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
+                                         scratch_size, store_rows, tile_at_offsets)
 from onnxjit.kernels.simd import LANES, into_window, to_planes, vclamp, vfma, vload, vsplat, vstore
 from onnxjit.kernels.views import u64 as _u
 
@@ -970,11 +971,135 @@ def _at(m0, m1, m2, m3, m4, m5, k):
     return m0 + s + u, t + k[0] * v, s + k[1] * u, t + k[3] * v + m5
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _winograd_unit(u, n_ch, oh, ow, tile_rows, m_block, m_out):
+    """(image, first tile row, tile rows, first and end output channel) of conv_winograd's unit u."""
+    th = -(-oh // 4)
+    n_tb = -(-th // tile_rows)
+    n_mb = -(-m_out // m_block)
+    mb = u % n_mb
+    rest = u // n_mb
+    tb = rest % n_tb
+    tr0 = tb * tile_rows
+    m0 = mb * m_block
+    return rest // n_tb, tr0, min(th, tr0 + tile_rows) - tr0, m0, min(m_out, m0 + m_block)
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _winograd_input(xf, n, n_ch, in_h, in_w, tr0, nr, wq, ph, pw, rows, cols, kc, vf, v0, c_step, p_step,
+                    block_step):
+    """V = B^T d B of every input channel's tiles of a block (nr tile rows of wq tiles from tile row tr0): tile t
+    of channel c at position p goes to vf[v0 + c * c_step + p * p_step + (t // LANES) * block_step + t % LANES]
+    (block_step LANES: t's place in a plain row of tiles; larger: blocks of LANES tiles, packed_gemm's layout)."""
+    wp = 4 * wq  # a padded input row
+    zero = vf.dtype.type(0)
+    c_lo = min(wp, pw)  # padded columns [c_lo, c_hi) hold input columns
+    c_hi = min(wp, pw + in_w)
+    nt = nr * wq
+    plane = nr * wp  # one of the six row sets
+    for c in range(n_ch):
+        xc = (n * n_ch + c) * in_h * in_w
+        for i in range(6):
+            for k in range(nr):
+                r = 4 * (tr0 + k) - ph + i
+                d0 = i * plane + k * wp
+                if r < 0 or r >= in_h:
+                    for e in range(wp):
+                        rows[_u(d0 + e)] = zero
+                    continue
+                for e in range(c_lo):
+                    rows[_u(d0 + e)] = zero
+                src = xc + r * in_w - pw
+                for e in range(c_lo, c_hi):
+                    rows[_u(d0 + e)] = xf[_u(src + e)]
+                for e in range(c_hi, wp):
+                    rows[_u(d0 + e)] = zero
+        for e in range(plane):  # B^T down the columns
+            b0, b1, b2, b3, b4, b5 = _bt(rows[_u(e)], rows[_u(plane + e)], rows[_u(2 * plane + e)],
+                                         rows[_u(3 * plane + e)], rows[_u(4 * plane + e)],
+                                         rows[_u(5 * plane + e)], kc)
+            cols[_u(e)] = b0
+            cols[_u(plane + e)] = b1
+            cols[_u(2 * plane + e)] = b2
+            cols[_u(3 * plane + e)] = b3
+            cols[_u(4 * plane + e)] = b4
+            cols[_u(5 * plane + e)] = b5
+        for a in range(6):  # then along the rows: tile t reads columns 4t .. 4t + 5
+            s0 = a * plane
+            d0 = v0 + c * c_step + a * 6 * p_step
+            for t0 in range(0, nt, LANES):
+                d = d0 + (t0 // LANES) * block_step
+                for t in range(t0, min(nt, t0 + LANES)):
+                    e = s0 + 4 * t
+                    b0, b1, b2, b3, b4, b5 = _bt(cols[_u(e)], cols[_u(e + 1)], cols[_u(e + 2)], cols[_u(e + 3)],
+                                                 cols[_u(e + 4)], cols[_u(e + 5)], kc)
+                    q = _u(d + t - t0)
+                    vf[q] = b0
+                    vf[q + _u(p_step)] = b1
+                    vf[q + _u(2 * p_step)] = b2
+                    vf[q + _u(3 * p_step)] = b3
+                    vf[q + _u(4 * p_step)] = b4
+                    vf[q + _u(5 * p_step)] = b5
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _winograd_output(mf, n, tr0, nr, wq, m0, m1, bias, zf, kind, act, res, ybuf, kc, out):
+    """Y = A^T M A of output channels [m0, m1) of a block (M: mf as (36, m1 - m0, tiles)), plus bias, residual
+    and activation, into out's rows of the block's tiles."""
+    m_out, oh, ow = out.shape[1], out.shape[2], out.shape[3]
+    of = out.reshape(-1)
+    zero = out.dtype.type(0)
+    nt = nr * wq
+    mb_n = m1 - m0
+    step = mb_n * nt
+    for m in range(m0, m1):
+        bv = bias[m] if bias.size > 0 else zero
+        for a in range(6):  # A^T along the tiles' rows
+            s0 = (a * 6 * mb_n + m - m0) * nt
+            d0 = a * 4 * nt
+            for t in range(nt):
+                y0, y1, y2, y3 = _at(mf[_u(s0 + t)], mf[_u(s0 + step + t)], mf[_u(s0 + 2 * step + t)],
+                                     mf[_u(s0 + 3 * step + t)], mf[_u(s0 + 4 * step + t)],
+                                     mf[_u(s0 + 5 * step + t)], kc)
+                res[_u(d0 + t)] = y0
+                res[_u(d0 + nt + t)] = y1
+                res[_u(d0 + 2 * nt + t)] = y2
+                res[_u(d0 + 3 * nt + t)] = y3
+        q4 = 4 * nt
+        for e in range(q4):  # then down the columns: ybuf[i, j, tile] is the tile's row i, column j
+            y0, y1, y2, y3 = _at(res[_u(e)], res[_u(q4 + e)], res[_u(2 * q4 + e)], res[_u(3 * q4 + e)],
+                                 res[_u(4 * q4 + e)], res[_u(5 * q4 + e)], kc)
+            ybuf[_u(e)] = y0 + bv
+            ybuf[_u(q4 + e)] = y1 + bv
+            ybuf[_u(2 * q4 + e)] = y2 + bv
+            ybuf[_u(3 * q4 + e)] = y3 + bv
+        full = ow // 4
+        for k in range(nr):
+            for i in range(min(4, oh - 4 * (tr0 + k))):
+                o0 = ((n * m_out + m) * oh + 4 * (tr0 + k) + i) * ow
+                s0 = i * q4 + k * wq
+                for t in range(full):
+                    of[_u(o0 + 4 * t)] = ybuf[_u(s0 + t)]
+                    of[_u(o0 + 4 * t + 1)] = ybuf[_u(s0 + nt + t)]
+                    of[_u(o0 + 4 * t + 2)] = ybuf[_u(s0 + 2 * nt + t)]
+                    of[_u(o0 + 4 * t + 3)] = ybuf[_u(s0 + 3 * nt + t)]
+                for j in range(ow - 4 * full):
+                    of[_u(o0 + 4 * full + j)] = ybuf[_u(s0 + j * nt + full)]
+        r0 = ((n * m_out + m) * oh + 4 * tr0) * ow
+        r1 = ((n * m_out + m) * oh + min(oh, 4 * (tr0 + nr))) * ow
+        if zf.size > 0:
+            for j in range(r0, r1):
+                of[_u(j)] += zf[_u(j)]
+        if kind != IDENTITY:
+            activate(of, r0, r1, kind, act)
+
+
 @njit(cache=True, nogil=True)
 def conv_winograd(x, uw, bias, z, ph, pw, tile_rows, m_block, kind, act, out, u0, u1):
     """3x3, stride-1 conv by Winograd F(4x4, 3x3), units [u0, u1) of (image, block of `tile_rows` rows of 4x4
     output tiles, block of `m_block` output channels). x (N, C, H, W), uw (36, M, C) from `winograd_weights`,
-    out (N, M, OH, OW), z out's shape or empty; ph, pw the head pads.
+    out (N, M, OH, OW), z out's shape or empty; ph, pw the head pads. The 36 GEMMs are BLAS calls (float64;
+    float32 runs `conv_winograd_packed`).
 
     A block's tiles are numbered tr * wq + t (wq = tiles per row + 1, the extra one unused), so that each
     transform is one long loop over all the block's tiles that vectorizes (tile rows alone are 2 to 56 tiles
@@ -984,122 +1109,71 @@ def conv_winograd(x, uw, bias, z, ph, pw, tile_rows, m_block, kind, act, out, u0
     n_img, n_ch, in_h, in_w = x.shape
     m_out = uw.shape[1]
     oh, ow = out.shape[2], out.shape[3]
-    th, tw = -(-oh // 4), -(-ow // 4)
-    n_tb = -(-th // tile_rows)
-    n_mb = -(-m_out // m_block)
-    wq = tw + 1
-    wp = 4 * wq  # a padded input row
+    wq = -(-ow // 4) + 1
     dt = out.dtype
-    zero = dt.type(0)
     kc = (dt.type(2), dt.type(4), dt.type(5), dt.type(8))
     span = tile_rows * wq  # tiles of a full block
     rows = np.zeros(6 * span * 4 + 8, dtype=dt)  # [i, tile row, column]: the input rows each tile row reads
     cols = np.zeros(6 * span * 4 + 8, dtype=dt)
     res = np.empty(24 * span, dtype=dt)  # [a, j, tile]
     ybuf = np.empty(16 * span, dtype=dt)  # [i, j, tile]
-    has_bias = bias.size > 0
-    has_z = z.size > 0
-    xf, of, zf = x.reshape(-1), out.reshape(-1), z.reshape(-1)
-    c_lo = min(wp, pw)  # padded columns [c_lo, c_hi) hold input columns
-    c_hi = min(wp, pw + in_w)
+    xf, zf = x.reshape(-1), z.reshape(-1)
     for u in range(u0, u1):
-        mb = u % n_mb
-        rest = u // n_mb
-        tb = rest % n_tb
-        n = rest // n_tb
-        tr0 = tb * tile_rows
-        tr1 = min(th, tr0 + tile_rows)
-        nr = tr1 - tr0
+        n, tr0, nr, m0, m1 = _winograd_unit(u, n_ch, oh, ow, tile_rows, m_block, m_out)
         nt = nr * wq
-        m0 = mb * m_block
-        m1 = min(m_out, m0 + m_block)
         v = np.empty((36, n_ch, nt), dtype=dt)
-        vf = v.reshape(-1)
-        plane = nr * wp  # one of the six row sets
-        for c in range(n_ch):
-            xc = (n * n_ch + c) * in_h * in_w
-            for i in range(6):
-                for k in range(nr):
-                    r = 4 * (tr0 + k) - ph + i
-                    d0 = i * plane + k * wp
-                    if r < 0 or r >= in_h:
-                        for e in range(wp):
-                            rows[_u(d0 + e)] = zero
-                        continue
-                    for e in range(c_lo):
-                        rows[_u(d0 + e)] = zero
-                    src = xc + r * in_w - pw
-                    for e in range(c_lo, c_hi):
-                        rows[_u(d0 + e)] = xf[_u(src + e)]
-                    for e in range(c_hi, wp):
-                        rows[_u(d0 + e)] = zero
-            for e in range(plane):  # B^T down the columns
-                b0, b1, b2, b3, b4, b5 = _bt(rows[_u(e)], rows[_u(plane + e)], rows[_u(2 * plane + e)],
-                                             rows[_u(3 * plane + e)], rows[_u(4 * plane + e)],
-                                             rows[_u(5 * plane + e)], kc)
-                cols[_u(e)] = b0
-                cols[_u(plane + e)] = b1
-                cols[_u(2 * plane + e)] = b2
-                cols[_u(3 * plane + e)] = b3
-                cols[_u(4 * plane + e)] = b4
-                cols[_u(5 * plane + e)] = b5
-            step = n_ch * nt  # from one of the 36 positions to the next in v
-            for a in range(6):  # then along the rows: tile t reads columns 4t .. 4t + 5
-                s0 = a * plane
-                d0 = (a * 6 * n_ch + c) * nt
-                for t in range(nt):
-                    e = s0 + 4 * t
-                    b0, b1, b2, b3, b4, b5 = _bt(cols[_u(e)], cols[_u(e + 1)], cols[_u(e + 2)], cols[_u(e + 3)],
-                                                 cols[_u(e + 4)], cols[_u(e + 5)], kc)
-                    vf[_u(d0 + t)] = b0
-                    vf[_u(d0 + step + t)] = b1
-                    vf[_u(d0 + 2 * step + t)] = b2
-                    vf[_u(d0 + 3 * step + t)] = b3
-                    vf[_u(d0 + 4 * step + t)] = b4
-                    vf[_u(d0 + 5 * step + t)] = b5
-        mb_n = m1 - m0
-        mx = np.empty((36, mb_n, nt), dtype=dt)
+        _winograd_input(xf, n, n_ch, in_h, in_w, tr0, nr, wq, ph, pw, rows, cols, kc, v.reshape(-1), 0, nt,
+                        n_ch * nt, LANES)
+        mx = np.empty((36, m1 - m0, nt), dtype=dt)
         for p in range(36):
             np.dot(uw[p, m0:m1], v[p], mx[p])
-        mf = mx.reshape(-1)
-        step = mb_n * nt
-        for m in range(m0, m1):
-            bv = bias[m] if has_bias else zero
-            for a in range(6):  # A^T along the tiles' rows
-                s0 = (a * 6 * mb_n + m - m0) * nt
-                d0 = a * 4 * nt
-                for t in range(nt):
-                    y0, y1, y2, y3 = _at(mf[_u(s0 + t)], mf[_u(s0 + step + t)], mf[_u(s0 + 2 * step + t)],
-                                         mf[_u(s0 + 3 * step + t)], mf[_u(s0 + 4 * step + t)],
-                                         mf[_u(s0 + 5 * step + t)], kc)
-                    res[_u(d0 + t)] = y0
-                    res[_u(d0 + nt + t)] = y1
-                    res[_u(d0 + 2 * nt + t)] = y2
-                    res[_u(d0 + 3 * nt + t)] = y3
-            q4 = 4 * nt
-            for e in range(q4):  # then down the columns: ybuf[i, j, tile] is the tile's row i, column j
-                y0, y1, y2, y3 = _at(res[_u(e)], res[_u(q4 + e)], res[_u(2 * q4 + e)], res[_u(3 * q4 + e)],
-                                     res[_u(4 * q4 + e)], res[_u(5 * q4 + e)], kc)
-                ybuf[_u(e)] = y0 + bv
-                ybuf[_u(q4 + e)] = y1 + bv
-                ybuf[_u(2 * q4 + e)] = y2 + bv
-                ybuf[_u(3 * q4 + e)] = y3 + bv
-            full = ow // 4
-            for k in range(nr):
-                for i in range(min(4, oh - 4 * (tr0 + k))):
-                    o0 = ((n * m_out + m) * oh + 4 * (tr0 + k) + i) * ow
-                    s0 = i * q4 + k * wq
-                    for t in range(full):
-                        of[_u(o0 + 4 * t)] = ybuf[_u(s0 + t)]
-                        of[_u(o0 + 4 * t + 1)] = ybuf[_u(s0 + nt + t)]
-                        of[_u(o0 + 4 * t + 2)] = ybuf[_u(s0 + 2 * nt + t)]
-                        of[_u(o0 + 4 * t + 3)] = ybuf[_u(s0 + 3 * nt + t)]
-                    for j in range(ow - 4 * full):
-                        of[_u(o0 + 4 * full + j)] = ybuf[_u(s0 + j * nt + full)]
-            r0 = ((n * m_out + m) * oh + 4 * tr0) * ow
-            r1 = ((n * m_out + m) * oh + min(oh, 4 * tr1)) * ow
-            if has_z:
-                for j in range(r0, r1):
-                    of[_u(j)] += zf[_u(j)]
-            if kind != IDENTITY:
-                activate(of, r0, r1, kind, act)
+        _winograd_output(mx.reshape(-1), n, tr0, nr, wq, m0, m1, bias, zf, kind, act, res, ybuf, kc, out)
+
+
+def winograd_packed_weights(w):
+    """conv_winograd_packed's weights: winograd_weights(w) (36, M, C) as packed_gemm panels, one group per
+    position (36, ceil(M / MR), C, MR); read-only."""
+    u = pack_panels(winograd_weights(w, np.float32))
+    u.flags.writeable = False
+    return u
+
+
+@njit(cache=True, nogil=True)
+def conv_winograd_packed(x, up, m_out, bias, z, ph, pw, tile_rows, m_block, kind, act, out, u0, u1):
+    """conv_winograd for float32 with its 36 GEMMs on packed_gemm's microkernel: up from
+    `winograd_packed_weights`, m_block a multiple of packed_gemm.MR (or all the output channels). The input
+    transform writes V straight into packed_gemm's blocks of (channels, LANES tiles), 64-byte aligned, so the
+    GEMMs pack nothing. Why: OpenBLAS ran the 36 small GEMMs of each block through its small-matrix kernels, a
+    call each, 9% of squeezenet's time on one Emerald Rapids thread, and the first BLAS call of a process
+    imports scipy.linalg (numba's BLAS), 0.2 s of a warm process's first run; with this no CNN whose other
+    kernels avoid BLAS loads it."""
+    n_img, n_ch, in_h, in_w = x.shape
+    oh, ow = out.shape[2], out.shape[3]
+    wq = -(-ow // 4) + 1
+    kc = (np.float32(2), np.float32(4), np.float32(5), np.float32(8))
+    span = tile_rows * wq  # tiles of a full block
+    blocks = -(-span // LANES)
+    rows = np.zeros(6 * span * 4 + 8, dtype=np.float32)
+    cols = np.zeros(6 * span * 4 + 8, dtype=np.float32)
+    res = np.empty(24 * span, dtype=np.float32)
+    ybuf = np.empty(16 * span, dtype=np.float32)
+    vbuf = np.zeros(36 * blocks * n_ch * LANES + LANES, dtype=np.float32)
+    v0 = aligned_start(vbuf)
+    vb = vbuf[v0:]
+    mx = np.empty(36 * min(m_block, m_out) * span, dtype=np.float32)
+    scratch = np.empty(MR * LANES, dtype=np.float32)
+    no_bias = bias[:0]
+    lo, hi = np.float32(-np.inf), np.float32(np.inf)
+    xf, zf = x.reshape(-1), z.reshape(-1)
+    for u in range(u0, u1):
+        n, tr0, nr, m0, m1 = _winograd_unit(u, n_ch, oh, ow, tile_rows, m_block, m_out)
+        nt = nr * wq
+        nb = -(-nt // LANES)
+        p_step = nb * n_ch * LANES  # from one position's blocks to the next
+        _winograd_input(xf, n, n_ch, in_h, in_w, tr0, nr, wq, ph, pw, rows, cols, kc, vb, 0, LANES, p_step,
+                        n_ch * LANES)
+        mb_n = m1 - m0
+        for p in range(36):
+            gemm_blocked(up, p, m0 // MR, -(-m1 // MR), m1, no_bias, vb, p * p_step, nt, mx, p * mb_n * nt, nt,
+                         scratch, lo, hi)
+        _winograd_output(mx, n, tr0, nr, wq, m0, m1, bias, zf, kind, act, res, ybuf, kc, out)

@@ -354,6 +354,7 @@ def build_conv(node):
     cache = {}
     has_z = len(node.inputs) > 3 and node.inputs[3] is not None
     winograd_weights = ConstantDerived(constant_input(node, 1), _winograd_weights)
+    winograd_packed = ConstantDerived(constant_input(node, 1), kconv.winograd_packed_weights)
     packed_weights = ConstantDerived(constant_input(node, 1),
                                      lambda w: _packed_weights(w.reshape(group, w.shape[0] // group, -1)))
     broadcast_weights = ConstantDerived(constant_input(node, 1), kconv.broadcast_weight_vectors)
@@ -440,6 +441,10 @@ def build_conv(node):
         consts = act.consts(dtype)
         if mode == "empty":
             return None, (), (), shape, shape5, units, work, False
+        if mode == "winograd" and key[2] == 4 and WINOGRAD_PACKED:
+            return (CallSite(kconv.conv_winograd_packed), (None, winograd_packed.of(w), w.shape[0], bias, None, p[1],
+                                                           p[2], tile_rows, m_blocks, act.kind, consts, None),
+                    (0, 4, 11), shape, shape, units, work, False)
         if mode == "winograd":
             return (CallSite(kconv.conv_winograd), (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows,
                                                     m_blocks, act.kind, consts, None), (0, 3, 10), shape, shape,
@@ -497,7 +502,7 @@ def build_conv(node):
         if slots[1] is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
             args[slots[0]] = ro_reshaped(x, (x.shape[0], -1))
             args[slots[2]] = y.reshape(shape[0], -1)
-        elif site.kernel is kconv.conv_winograd:
+        elif site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed:
             args[slots[0]] = ro(x)
             args[slots[1]] = ro(z) if z is not None else _no_residual(x.dtype, 4)
             args[slots[2]] = y
@@ -620,6 +625,7 @@ WINOGRAD_MIN_TILES = 16  # float64, which conv_broadcast does not take
 WINOGRAD_MIN_TILES_F32 = 49
 WINOGRAD_BLOCK_BYTES = 1 << 20  # most bytes of a unit's transformed input (36 x channels x tiles): about an L2
 WINOGRAD_MIN_GEMM_TILES = 32  # a unit's tiles, where the budget allows: the width of its GEMMs
+WINOGRAD_PACKED = True  # float32's 36 GEMMs on packed_gemm (kernels.conv.conv_winograd_packed), not BLAS
 
 
 def _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
@@ -637,8 +643,10 @@ def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
     tile_rows = max(1, min(th, budget, max(tile_rows, -(-WINOGRAD_MIN_GEMM_TILES // wq))))
     units = n_img * -(-th // tile_rows)
     m_blocks = m_out
-    if units < nth:
+    if units < nth:  # (float32's blocks in whole panels of packed_gemm's MR rows)
         m_blocks = max(WINOGRAD_MIN_CHANNELS, -(-m_out // -(-nth // units)))
+        if itemsize == 4 and WINOGRAD_PACKED:
+            m_blocks = min(m_out, -(-m_blocks // packed_gemm.MR) * packed_gemm.MR)
     return tile_rows, m_blocks
 
 
