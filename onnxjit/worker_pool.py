@@ -463,6 +463,23 @@ class CallSite:
                 self._serial = cres.entry_point
 
 
+class CallSites:
+    """CallSites of one kernel by a key that fixes its arguments' types (say an input's dtype), for a call site
+    whose types vary only with that key: `sites[key].run(args, n_units, work)`."""
+
+    __slots__ = ("_sites", "kernel")
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self._sites: dict = {}
+
+    def __getitem__(self, key) -> CallSite:
+        site = self._sites.get(key)
+        if site is None:
+            site = self._sites[key] = CallSite(self.kernel)
+        return site
+
+
 def threads_for(n_units, work):
     """The threads a kernel call of `n_units` units and `work` element operations runs on: 1 where the work is
     small, else numba's thread count (which intra_op_num_threads sets). The size test comes first: reading the

@@ -95,8 +95,9 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
     if sites is None:
         run_units(k.dot_cols_f32 if f32 else k.dot_cols, args, -(-n // cols), work)
         return out
-    # the argument types are fixed by the dtypes and C's dims (ro arrays, C from _compact_c or _no_c)
-    key = (a.dtype, bt.dtype, c.dtype, c.ndim)
+    # the argument types are fixed by the dtypes and C's dims (ro arrays, C from _compact_c or _no_c); dtypes by
+    # their one-letter codes (hashing a dtype costs 0.3-0.6 us)
+    key = (a.dtype.char, bt.dtype.char, c.dtype.char, c.ndim)
     site = sites.get(key)
     if site is None:
         site = sites[key] = CallSite(k.dot_cols_f32 if f32 else k.dot_cols)

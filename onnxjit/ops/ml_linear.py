@@ -41,7 +41,8 @@ from onnx import TensorProto as T
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.ml_common import DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs, rows_of
 from onnxjit.ops.ml_preprocess import build_scaler, scaler_attributes, scaler_columns
-from onnxjit.ops.nn import PARALLEL_GRAIN, ro, run_units
+from onnxjit.ops.nn import PARALLEL_GRAIN, ro
+from onnxjit.worker_pool import CallSite
 from onnxjit.ops.registry import register_op, register_pair
 
 _F32 = np.dtype(np.float32)
@@ -92,16 +93,18 @@ def _row_blocks(n: int, work: int) -> tuple[int, int]:
     return rows, -(-n // rows)
 
 
-def _run_blocks(kernel, args, n_blocks, work):
-    """kernel(*args, b0, b1) over the blocks; BLAS single-threaded whenever the work is large enough for it to
-    start its own threads (they spin, and on a busy machine a 10,000-row GEMM took 8 ms instead of 30 us)."""
+def _run_blocks(site, args, n_blocks, work):
+    """site's kernel(*args, b0, b1) over the blocks (a CallSite of the node: its arguments' types are fixed, and
+    at batch 1 the call skips Numba's type dispatch, 2-3 us of the step); BLAS single-threaded whenever the work
+    is large enough for it to start its own threads (they spin, and on a busy machine a 10,000-row GEMM took 8 ms
+    instead of 30 us)."""
     if n_blocks == 0:
         return
     if work < PARALLEL_GRAIN:
-        kernel(*args, 0, n_blocks)
+        site.run(args, n_blocks, work)
         return
     with single_threaded_blas:
-        run_units(kernel, args, n_blocks, work)
+        site.run(args, n_blocks, work)
 
 
 _NO_LABELS = np.zeros(0, np.int64)
@@ -110,11 +113,12 @@ _NO_LABELS = np.zeros(0, np.int64)
 _NO_SCALING = (ro(np.zeros(0, np.float32)), ro(np.zeros(0, np.float32)))
 
 
-def _linear(x, coef, bias, mode, post, rule, labels_out, raw, out, scaling=_NO_SCALING):
-    """linear_rows over x's rows in blocks; `scaling`: a Scaler's (offset, scale) per column applied to x first."""
+def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling=_NO_SCALING):
+    """linear_rows over x's rows in blocks (site: the node's CallSite of it, x read-only float32 (N, F), raw and out
+    float32 (N, *), labels_out int64 (N,)); `scaling`: a Scaler's (offset, scale) per column applied to x first."""
     n = x.shape[0]
     rows, blocks = _row_blocks(n, n * coef.shape[0] * max(coef.shape[1], 1))
-    _run_blocks(k.linear_rows, (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out, rows), blocks,
+    _run_blocks(site, (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out, rows), blocks,
                 n * coef.size)
 
 
@@ -148,13 +152,14 @@ def build_linear_classifier(node, scaling=None):
     cols = 2 if two_labels else targets
     declare_outputs(node, T.STRING if labels.dtype == object else T.INT64, T.FLOAT)
 
+    site = CallSite(k.linear_rows)
     def run(x):
         xf = _float_rows(node, x, features)
         n = xf.shape[0]
         label_idx = np.empty(n, np.int64)
         out = (np.zeros if post == k.PROBIT else np.empty)((n, cols), np.float32)
         raw = out if cols == targets else np.empty((n, targets), np.float32)
-        _linear(xf, coef, bias, k.LINEAR_CLASSIFIER, post, int(two_labels), label_idx, raw, out,
+        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, int(two_labels), label_idx, raw, out,
                 scaling or _NO_SCALING)
         return labels[label_idx], out
     return run
@@ -175,10 +180,11 @@ def build_linear_regressor(node, scaling=None):
     coef, bias = ro(coef.reshape(targets, features)), ro(bias)
     declare_outputs(node, T.FLOAT)
 
+    site = CallSite(k.linear_rows)
     def run(x):
         xf = _float_rows(node, x, features)
         out = np.empty((xf.shape[0], targets), np.float32)
-        _linear(xf, coef, bias, k.REGRESSOR, post, 0, _NO_LABELS, out, out, scaling or _NO_SCALING)
+        _linear(site, xf, coef, bias, k.REGRESSOR, post, 0, _NO_LABELS, out, out, scaling or _NO_SCALING)
         return (out,)
     return run
 
@@ -260,8 +266,8 @@ def mlas_stride_k(n: int, kk: int) -> int:
     return stride_k
 
 
-def _svm_run(x, svm_args, n_out, rows=SVM_BLOCK_ROWS):
-    """svm_rows over the rows of x; returns (label indices, scores)."""
+def _svm_run(site, x, svm_args, n_out, rows=SVM_BLOCK_ROWS):
+    """svm_rows over the rows of x (site: the node's CallSite of it); returns (label indices, scores)."""
     n = x.shape[0]
     label_idx = np.empty(n, np.int64)
     out = np.empty((n, n_out), np.float32)
@@ -270,7 +276,7 @@ def _svm_run(x, svm_args, n_out, rows=SVM_BLOCK_ROWS):
     work = n * svt.size
     if blocks <= 1 or work < PARALLEL_GRAIN or numba.get_num_threads() <= 1:  # (the query last: it costs 0.6 us)
         rows, blocks = max(n, 1), 1 if n else 0
-    _run_blocks(k.svm_rows, (x, *svm_args, label_idx, out, rows), blocks, work)
+    _run_blocks(site, (x, *svm_args, label_idx, out, rows), blocks, work)
     return label_idx, out
 
 
@@ -296,11 +302,12 @@ def build_svm_classifier(node):
         bias = ro(np.full(classes, s.rho[0], np.float32))
         rule = k.ARGMAX if have_proba else (k.POSITIVE_WEIGHTS if (s.coef >= 0).all() else k.MIXED_WEIGHTS)
 
+        site = CallSite(k.linear_rows)
         def run_linear(x):
             xf = _float_rows(node, x, features)
             label_idx = np.empty(xf.shape[0], np.int64)
             out = np.empty((xf.shape[0], classes), np.float32)
-            _linear(xf, coef, bias, k.SVM_LINEAR, post, rule, label_idx, out, out)
+            _linear(site, xf, coef, bias, k.SVM_LINEAR, post, rule, label_idx, out, out)
             return labels[label_idx], out
         return run_linear
 
@@ -322,8 +329,9 @@ def build_svm_classifier(node):
     args = (*s.kernel_args(), coef, starts, ro(per_class.astype(np.int64)), ro(s.rho), ro(prob_a), ro(prob_b),
             post, True, False, 0)
 
+    site = CallSite(k.svm_rows)
     def run(x):
-        label_idx, out = _svm_run(_float_rows(node, x, s.features), args, n_out)
+        label_idx, out = _svm_run(site, _float_rows(node, x, s.features), args, n_out)
         return labels[label_idx], out
     return run
 
@@ -339,10 +347,11 @@ def build_svm_regressor(node):
         features = s.coef.size
         coef, bias = ro(s.coef.reshape(1, features)), ro(s.rho[:1].copy())
 
+        site = CallSite(k.linear_rows)
         def run_linear(x):
             xf = _float_rows(node, x, features)
             out = np.empty((xf.shape[0], 1), np.float32)
-            _linear(xf, coef, bias, k.REGRESSOR, k.NONE, int(one_class), _NO_LABELS, out, out)
+            _linear(site, xf, coef, bias, k.REGRESSOR, k.NONE, int(one_class), _NO_LABELS, out, out)
             return (out,)
         return run_linear
 
@@ -353,7 +362,8 @@ def build_svm_regressor(node):
     args = (*s.kernel_args(), coef, ro(np.zeros(0, np.int64)), ro(np.zeros(0, np.int64)), ro(s.rho), none, none,
             k.NONE, False, one_class, mlas_stride_k(1, s.vectors))
 
+    site = CallSite(k.svm_rows)
     def run(x):
-        _, out = _svm_run(_float_rows(node, x, s.features), args, 1)
+        _, out = _svm_run(site, _float_rows(node, x, s.features), args, 1)
         return (out,)
     return run
