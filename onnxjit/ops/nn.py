@@ -483,7 +483,7 @@ def build_conv(node):
 
     prepared = {}  # (X shape, W shape, itemsize) -> prepare's result for the constant W and B it was made with
 
-    def run(x, w, b=None, z=None):
+    def run(x, w, b=None, z=None, out=None):
         key = (x.shape, w.shape, x.dtype.itemsize)
         entry = prepared.get(key)
         if entry is not None and entry[0] is w and entry[1] is b:
@@ -496,8 +496,8 @@ def build_conv(node):
         if z is not None and z.shape != shape:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
         if site is None:  # an empty output
-            return (np.zeros(shape, dtype=x.dtype),)
-        y = np.empty(shape5, dtype=x.dtype)
+            return (np.zeros(shape, dtype=x.dtype) if out is None else out,)
+        y = np.empty(shape5, dtype=x.dtype) if out is None else out.reshape(shape5)
         args = list(template)
         if slots[1] is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
             args[slots[0]] = ro_reshaped(x, (x.shape[0], -1))
@@ -514,6 +514,7 @@ def build_conv(node):
             site.run(tuple(args), units, work)
         return (y.reshape(shape),)
 
+    run.writes_into = True  # `out`: a C-contiguous array of the output's shape and dtype to write (placement.py)
     return run
 
 
@@ -769,16 +770,17 @@ def _pool_builder(kind):
                                   divisors, planes * math.prod(o3) * math.prod(k3), site, whole, units)
             return p
 
-        def run(x):
+        def run(x, out=None):
             shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole, units = plan(x.shape, x.dtype)
             if whole:
-                y = np.empty(ys[0], dtype=x.dtype)
+                y = np.empty(ys[0], dtype=x.dtype) if out is None else out.reshape(ys[0])
                 site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
                 return (y.reshape(shape),)
-            y = np.empty(ys, dtype=x.dtype)
+            y = np.empty(ys, dtype=x.dtype) if out is None else out.reshape(ys)
             pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
             site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
             return (y.reshape(shape),)
+        run.writes_into = True  # as Conv's
         return run
     return build
 

@@ -27,6 +27,7 @@ from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
 from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
+from onnxjit.providers.placement import place_concat_inputs
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
 from onnxjit.worker_pool import CallSite
 
@@ -130,7 +131,7 @@ class CPUExecutionProvider(ExecutionProvider):
                 steps.append(Step([item], self.name, [v.name if v is not None else "" for v in item.inputs],
                                   [v.name for v in item.outputs], self._kernel(item)))
         self._precompile(static)
-        return steps
+        return place_concat_inputs(steps, external)
 
     def _pair_step(self, prev: Step | None, node: Node, external: set[str]) -> Step | None:
         """One step for `node` and the op step before it when the op registry has a kernel for the pair and
