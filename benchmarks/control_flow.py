@@ -42,8 +42,9 @@ def _model(graph):
 
 def if_matmul():
     rng = np.random.default_rng(0)
-    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t0"]), helper.make_node("Relu", ["t0"], ["y_then"])],
-                               "then", [], [helper.make_tensor_value_info("y_then", F, [1, H])])
+    then_g = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["t0"]),
+                                helper.make_node("Relu", ["t0"], ["y_then"])], "then", [],
+                               [helper.make_tensor_value_info("y_then", F, [1, H])])
     else_g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y_else"])], "else", [],
                                [helper.make_tensor_value_info("y_else", F, [1, H])])
     g = helper.make_graph([helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)], "if_matmul",
@@ -62,8 +63,8 @@ def loop_rnn():
         "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
                  helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
                  helper.make_tensor_value_info("h_in", F, [1, H])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []), helper.make_tensor_value_info("h_out", F, [1, H]),
-         helper.make_tensor_value_info("h_scan", F, [1, H])])
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", F, [1, H]), helper.make_tensor_value_info("h_scan", F, [1, H])])
     inits = _weights(rng, "W") + [numpy_helper.from_array((0.1 * rng.standard_normal(H)).astype(np.float32), "b"),
                                   numpy_helper.from_array(np.array(STEPS, np.int64), "trips"),
                                   numpy_helper.from_array(np.array(True), "go")]
@@ -95,8 +96,8 @@ def tiny_chain():
     rng = np.random.default_rng(0)
     nodes, prev = [], "x"
     for i in range(8):  # MatMul -> Add -> Sigmoid, three steps the fuser cannot merge into one
-        nodes += [helper.make_node("MatMul", [prev, f"W{i}"], [f"m{i}"]), helper.make_node("Add", [f"m{i}", "b"], [f"a{i}"]),
-                  helper.make_node("Sigmoid", [f"a{i}"], [f"s{i}"])]
+        nodes += [helper.make_node("MatMul", [prev, f"W{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", "b"], [f"a{i}"]), helper.make_node("Sigmoid", [f"a{i}"], [f"s{i}"])]
         prev = f"s{i}"
     inits = _weights(rng, *[f"W{i}" for i in range(8)], n=16) + [
         numpy_helper.from_array((0.1 * rng.standard_normal(16)).astype(np.float32), "b")]

@@ -25,19 +25,29 @@ VERSION = 1
 
 CONTRIB_MODULES = ("normalization", "activation", "attention", "fused", "layout")
 
-REFERENCE_OPS: dict[str, type[OpRun]] = {}
+
+class ReferenceOps:
+    """The reference implementations of one operator domain's ops (numpy OpRun subclasses named as their ops), each
+    registered by `register` in one of `modules` (of `package`), which `load` imports on first use."""
+
+    def __init__(self, domain: str, package: str, modules: tuple[str, ...]):
+        self.domain, self.package, self.modules = domain, package, modules
+        self.ops: dict[str, type[OpRun]] = {}
+
+    def register(self, cls: type[OpRun]) -> type[OpRun]:
+        cls.op_domain = self.domain
+        if cls.__name__ in self.ops:
+            raise ValueError(f"{self.domain}::{cls.__name__} registered twice")
+        self.ops[cls.__name__] = cls
+        return cls
+
+    def load(self) -> dict[str, type[OpRun]]:
+        for m in self.modules:
+            importlib.import_module(f"{self.package}.{m}")
+        return self.ops
 
 
-def reference_op(cls: type[OpRun]) -> type[OpRun]:
-    """Register an OpRun subclass (named as the op) as the reference implementation of com.onnxjit::<name>."""
-    cls.op_domain = DOMAIN
-    if cls.__name__ in REFERENCE_OPS:
-        raise ValueError(f"{DOMAIN}::{cls.__name__} registered twice")
-    REFERENCE_OPS[cls.__name__] = cls
-    return cls
-
-
-def load_reference_ops() -> dict[str, type[OpRun]]:
-    for m in CONTRIB_MODULES:
-        importlib.import_module(f"onnxjit.contrib.{m}")
-    return REFERENCE_OPS
+_REFERENCES = ReferenceOps(DOMAIN, __name__, CONTRIB_MODULES)
+REFERENCE_OPS = _REFERENCES.ops
+reference_op = _REFERENCES.register  # an OpRun subclass named as its op: com.onnxjit::<name>'s reference
+load_reference_ops = _REFERENCES.load

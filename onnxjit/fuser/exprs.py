@@ -243,19 +243,28 @@ def _shrink(c, a):
     return f"({a[0]} + {bias} if {a[0]} < -{lambd} else ({a[0]} - {bias} if {a[0]} > {lambd} else {c.lit(0)}))"
 
 
-@expr("Gelu", FLOAT)
-def _gelu(c, a):
-    x = a[0]
-    if c.attr("approximate", "none") == "tanh":
+def _gelu_of(c, x, tanh):
+    if tanh:
         inner = f"{c.lit(0.7978845608028654)} * ({x} + {c.lit(0.044715)} * {x} * {x} * {x})"
         return f"{c.lit(0.5)} * {x} * ({c.lit(1)} + vmath.tanh({inner}))"
     return f"{c.lit(0.5)} * {x} * ({c.lit(1)} + vmath.erf({x} * {c.lit(0.7071067811865476)}))"
 
 
+expr("Gelu", FLOAT)(lambda c, a: _gelu_of(c, a[0], c.attr("approximate", "none") == "tanh"))
+
+# onnxruntime's com.microsoft activations (contrib/microsoft/activation.py); their bias inputs are 1-D over the
+# last axis, numpy's broadcast
+expr("FastGelu", FLOAT)(lambda c, a: _gelu_of(c, f"({a[0]} + {a[1]})" if len(a) > 1 else a[0], True))
+expr("BiasGelu", FLOAT, 2)(lambda c, a: _gelu_of(c, f"({a[0]} + {a[1]})", False))
+expr("QuickGelu", FLOAT)(lambda c, a: f"{a[0]} * vmath.sigmoid({c.lit(c.attr('alpha', 1.702))} * {a[0]})")
+expr("BiasAdd", FLOAT, 3)(lambda c, a: f"{a[0]} + {a[1]} + {a[2]}")
+
+
 # --- which nodes are fusable ---------------------------------------------------------------------------------
-# com.onnxjit ops defined as the ai.onnx op of the same name (the optimizer writes them for older opsets): they
-# render through the same expression
-CONTRIB_AS_ONNX = {"Gelu": ("com.onnxjit",)}
+# the domains an op renders for, where not ai.onnx alone: com.onnxjit and com.microsoft Gelu are ai.onnx's (the
+# optimizer writes com.onnxjit's for older opsets), and com.microsoft's own activations
+OP_DOMAINS = {"Gelu": ("", "com.onnxjit", "com.microsoft"), "FastGelu": ("com.microsoft",),
+              "BiasGelu": ("com.microsoft",), "QuickGelu": ("com.microsoft",), "BiasAdd": ("com.microsoft",)}
 # ops whose inputs are not the elements being computed on (CastLike's second input only gives a type)
 TYPE_ONLY_INPUTS = {"CastLike": {1}}
 
@@ -264,9 +273,9 @@ def fusable(node: Node) -> bool:
     """Whether the node can be one stage of a generated kernel: a known op over known, supported dtypes."""
     # (grouping also needs the output shape; see partition.py)
     op = EXPRS.get(node.op_type)
-    if op is None or node.domain not in ("", *CONTRIB_AS_ONNX.get(node.op_type, ())) or len(node.outputs) != 1:
+    if op is None or node.domain not in OP_DOMAINS.get(node.op_type, ("",)) or len(node.outputs) != 1:
         return False
-    if node.opset < 7 and len(node.inputs) > 1:
+    if node.domain == "" and node.opset < 7 and len(node.inputs) > 1:
         return False  # before opset 7, binary ops broadcast by an axis attribute, not numpy's rules
     out_t = node.outputs[0].type
     # shapes may be unknown (the kernel takes them from the arrays); a node of unknown shape fuses with nothing

@@ -14,6 +14,7 @@ from onnx import AttributeProto, helper, numpy_helper
 
 from onnxjit.errors import InvalidGraph
 from onnxjit.ir.graph import Attr, Graph, Model, Node, Value
+from onnxjit.ir.node_inference import complete_types
 from onnxjit.ir.types import TensorType, from_type_proto, to_type_proto
 
 _TWO_GB = 2**31 - 1024
@@ -203,6 +204,7 @@ def from_onnx(proto: onnx.ModelProto, base_dir: str | None = None) -> Model:
         # before IR 4 every initializer had to be listed among the graph inputs, so being listed there did not
         # make it overridable: onnxruntime treats them as constants (and folds them); so does onnxjit
         graph.inputs = [v for v in graph.inputs if v.name not in graph.initializers]
+    complete_types(graph, opsets)
     return Model(graph=graph, ir_version=ir_version, opset_imports=opsets,
                  producer_name=proto.producer_name, producer_version=proto.producer_version,
                  domain=proto.domain, model_version=proto.model_version, doc_string=proto.doc_string,
@@ -281,3 +283,4 @@ def infer_model_types(m: Model) -> None:
         for v in node.outputs:
             if v.name in types and types[v.name] is not None:
                 v.type = types[v.name]
+    complete_types(m.graph, m.opset_imports)

@@ -105,6 +105,17 @@ def _put_run(dst, dst0, r, col, n, rows, npx, blocked, src, s0, sw):
         t += m
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def im2col_row(r, kvol, kh, kw):
+    """(channel, tap along D, H, W) of im2col row r: rows run over the channels, each over its kvol taps."""
+    c = r // kvol
+    rem = r - c * kvol
+    a = rem // (kh * kw)
+    rem -= a * (kh * kw)
+    b = rem // kw
+    return c, a, b, rem - b * kw
+
+
 @njit(cache=True, nogil=True)
 def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked):
     """The im2col matrix (rows = cg * kvol, (r1 - r0) * ow) of image n's channels from c0, output rows
@@ -121,12 +132,7 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
     no_start, no_step = np.int64(0), np.int64(1)  # int64, not literals: _put_run compiles once for all its calls
     zero = dst.dtype.type(0)
     for r in range(rows):
-        c = r // kvol
-        rem = r - c * kvol
-        a = rem // (kh * kw)
-        rem -= a * (kh * kw)
-        b = rem // kw
-        e = rem - b * kw
+        c, a, b, e = im2col_row(r, kvol, kh, kw)
         plane = (n * x.shape[1] + c0 + c) * in_d
         off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
         for q in range(r0, r1):

@@ -1,7 +1,8 @@
 """Softmax / LogSoftmax and LayerNormalization kernels over the rows of a C-contiguous (rows, n) array, the
 normalized axis last.
 
-`rows` runs blocks of rows [u0, u1) (the units onnxjit.worker_pool.run_units hands its threads), each row in a few passes that
+`rows` runs blocks of rows [u0, u1) (the units onnxjit.worker_pool.run_units hands its threads), each row in a few
+passes that
 stay in L1: max, exp-and-sum, scale (softmax); sum, centered sum of squares, normalize-scale-shift (layer norm),
 the streaming pass of the next row fused into the compute pass of the current one.
 exp and log are `vmath` (vectorizable, ~1 ulp), the per-row sums may be reassociated so that they vectorize, and

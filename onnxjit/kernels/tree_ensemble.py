@@ -248,7 +248,8 @@ def _walk_row(xf, o, nodes, thr, trees, missing):
 @njit(cache=True, nogil=True)
 def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, params, z, label, u0, u1):
     """Scores z[r] (float32 [N, outputs]) and labels label[r] (int64, classifiers) of the rows of x in the blocks
-    [u0, u1) of params[P_BLOCK] rows (x [N, F] C-contiguous, in the compare dtype). nodes: [4 * n] records (fc, threshold bits, true child, false
+    [u0, u1) of params[P_BLOCK] rows (x [N, F] C-contiguous, in the compare dtype). nodes: [4 * n] records (fc,
+    threshold bits, true child, false
     child), int32 for float32 thresholds and int64 for float64 ones, and thr the same memory viewed as the
     thresholds' dtype (one record, 16 or 32 bytes, holds all a step reads); slot: each leaf's row of lval;
     trees: int32 [T, 2] (root, depth); params: the P_* settings.

@@ -5,4 +5,6 @@ holds the few over element types the fuser does not compute in (strings, float8)
 from onnxjit.ops import (attention, cast, constant, conv_transpose, elementwise, indexing, linalg,  # noqa: F401
                          loss, movement, nn, normalization, reduce, resize, rnn, shape)
 from onnxjit.ops import tree_ensemble  # noqa: F401
+from onnxjit.ops import quantize  # noqa: F401
 from onnxjit.ops import ml_linear, ml_preprocess, ml_encoders  # noqa: F401
+from onnxjit.ops import microsoft  # noqa: F401

@@ -171,12 +171,12 @@ def _ints(value, n, default):
     return [default] * n if not v else [int(x) for x in v]
 
 
-def _pad3(vals, fill):
+def pad3(vals, fill):
     """A per-spatial-dim list padded in front to 3 dims."""
     return tuple([fill] * (3 - len(vals)) + list(vals))
 
 
-def _shape5(shape, r):
+def shape5_of(shape, r):
     """(N, C, *spatial[r]) -> (N, C, D, H, W), leading unit spatial dims."""
     return shape[:2] + (1,) * (3 - r) + shape[2:]
 
@@ -368,8 +368,8 @@ def build_conv(node):
         out, head = conv_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad)
         n_img, m_out, cg = xs[0], ws[0], ws[1]
         mg = m_out // group
-        k3, s3, d3, p3, o3 = (_pad3(kernel, 1), _pad3(strides, 1), _pad3(dilations, 1), _pad3(head, 0),
-                              _pad3(out, 1))
+        k3, s3, d3, p3, o3 = (pad3(kernel, 1), pad3(strides, 1), pad3(dilations, 1), pad3(head, 0),
+                              pad3(out, 1))
         kk = cg * math.prod(kernel)
         work = n_img * m_out * math.prod(out) * kk
         direct = group > 1 and cg * mg <= DIRECT_CONV_MAX_CHANNELS
@@ -449,7 +449,7 @@ def build_conv(node):
             return (CallSite(kconv.conv_winograd), (None, winograd_weights.of(w), bias, None, p[1], p[2], tile_rows,
                                                     m_blocks, act.kind, consts, None), (0, 3, 10), shape, shape,
                     units, work, True)
-        w5 = ro_reshaped(w, _shape5(w.shape, r))
+        w5 = ro_reshaped(w, shape5_of(w.shape, r))
         if mode.startswith("packed"):
             chunk = max(1, PACKED_CHUNK_BYTES // (4 * w5[0].size * LANES)) * LANES
             return (CallSite(kconv.conv_packed), (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d,
@@ -507,7 +507,7 @@ def build_conv(node):
             args[slots[1]] = ro(z) if z is not None else _no_residual(x.dtype, 4)
             args[slots[2]] = y
         else:
-            args[slots[0]] = ro_reshaped(x, _shape5(x.shape, r))
+            args[slots[0]] = ro_reshaped(x, shape5_of(x.shape, r))
             args[slots[1]] = ro_reshaped(z, shape5) if z is not None else _no_residual(x.dtype, 5)
             args[slots[2]] = y
         with single_threaded_blas_for(work) if uses_blas else contextlib.nullcontext():
@@ -688,8 +688,8 @@ def build_nhwc_conv(node):
         y = np.empty((n, out[0], out[1], c), dtype=x.dtype)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
         wt = ro(np.ascontiguousarray(w[:, 0].transpose(1, 2, 0)))  # (KH, KW, C)
-        run_units(kconv.conv_depthwise_nhwc, (ro(x), wt, bias, _pad3(list(w.shape[2:]), 1), _pad3(strides, 1),
-                                               _pad3(dilations, 1), _pad3(head, 0), act.kind, act.consts(x.dtype), y),
+        run_units(kconv.conv_depthwise_nhwc, (ro(x), wt, bias, pad3(list(w.shape[2:]), 1), pad3(strides, 1),
+                                               pad3(dilations, 1), pad3(head, 0), act.kind, act.consts(x.dtype), y),
                   n * out[0], y.size * w.shape[2] * w.shape[3])
         return (y,)
 
@@ -742,7 +742,7 @@ def _pool_builder(kind):
                 if len(xs) != r + 2:
                     raise ValueError(f"pooling: input of shape {xs} does not have rank {r + 2}")
                 out, head, tail = pool_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
-                i3, k3, s3, d3, p3, q3, o3 = (_pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
+                i3, k3, s3, d3, p3, q3, o3 = (pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
                                                                       (dilations, 1), (head, 0), (tail, 0), (out, 1)))
                 padded = kpool.padded_plane(i3, o3, k3, s3, d3, p3)
                 if is_max:  # no divisors

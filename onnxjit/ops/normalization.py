@@ -254,6 +254,8 @@ def build_layer_norm(node):
 
 
 register_op("LayerNormalization", since=17)(build_layer_norm)
+# before 17, onnxruntime's own LayerNormalization in the ai.onnx domain (its optimizer writes it): the same op
+register_op("LayerNormalization", since=1)(build_layer_norm)
 register_op("LayerNormalization", since=1, domain="com.onnxjit")(build_layer_norm)
 
 

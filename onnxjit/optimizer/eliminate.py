@@ -5,7 +5,8 @@ unread; any ratio, and Dropout-1/6's is_test ignored, as onnxruntime does); Cast
 CastLike); Reshape to the input's static shape; Transpose with the identity perm; Pad with all-zero pads (any mode:
 nothing is added); Slice covering the whole tensor; Expand to a shape that does not change the input's;
 Unsqueeze/Squeeze pairs over the same axes; and multiplying or dividing by constant ones or subtracting constant
-(+)zeros that do not broadcast the input larger (LightGBM's exports multiply their probabilities by 1). Readers of the removed node's output read its input instead; where
+(+)zeros that do not broadcast the input larger (LightGBM's exports multiply their probabilities by 1). Readers of the
+removed node's output read its input instead; where
 that output is a graph output (or read by a subgraph) the input takes over its name, which a graph input,
 initializer or another pinned value cannot: then the node stays.
 

@@ -16,6 +16,7 @@ from onnx.reference import ReferenceEvaluator
 from onnx.reference.op_run import OpRun, RuntimeContextError
 
 from onnxjit import contrib
+from onnxjit.contrib import microsoft
 from onnxjit.ir.graph import Node
 from onnxjit.ir.serde import node_to_proto
 from onnxjit.ir.types import to_type_proto
@@ -42,6 +43,9 @@ def _loader(domain: str):
     elif domain == contrib.DOMAIN:
         def load_op(domain, op_type, version, **_kwargs):
             return contrib.load_reference_ops().get(op_type) if version >= contrib.VERSION else None
+    elif domain == microsoft.DOMAIN:
+        def load_op(domain, op_type, version, **_kwargs):
+            return microsoft.load_reference_ops().get(op_type)
     else:
         return None
     return load_op

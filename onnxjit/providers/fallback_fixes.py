@@ -149,6 +149,21 @@ FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
 }
 
 
+def _onnxruntime_onnx_domain_ops() -> None:
+    """onnxruntime's own ops in the ai.onnx domain where ONNX has none (contrib.microsoft.ONNX_DOMAIN_OPS):
+    LayerNormalization before opset 17 runs as com.onnxjit's LayerNormalization (ONNX 17's), and
+    SimplifiedLayerNormalization as com.microsoft's."""
+    from onnxjit.contrib import load_reference_ops
+    from onnxjit.contrib.microsoft import ONNX_DOMAIN_OPS
+    from onnxjit.contrib.microsoft import load_reference_ops as load_microsoft_ops
+    for op, version in ONNX_DOMAIN_OPS.items():
+        cls = load_microsoft_ops()[op] if version is None else load_reference_ops()[op]
+        FIXES[("", op)] = {1: cls} if version is None else {1: cls, version: None}
+
+
+_onnxruntime_onnx_domain_ops()
+
+
 def fixed_op(domain: str, op_type: str, opset: int) -> type[OpRun] | None:
     versions = FIXES.get((domain, op_type))
     if not versions:

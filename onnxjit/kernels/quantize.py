@@ -1,0 +1,504 @@
+"""Quantization kernels: QuantizeLinear / DequantizeLinear over (outer, axis, inner) views, the integer GEMM that
+MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv and com.microsoft's QGemm / MatMulIntegerToFloat /
+DynamicQuantizeMatMul run on, and com.microsoft's 8-bit elementwise ops (onnxjit.ops.quantize plans them all).
+
+Quantize and dequantize see x as (O, C, I) around the quantization axis, and the scale and zero point as
+(O', Cb, I') with O' in (1, O), I' in (1, I) and Cb = ceil(C / block): per-tensor is (1, 1, 1) over x as (1, 1,
+size), per-axis (1, C, 1) with block 1, blocked (O, ceil(C / block), I). Rounding is to nearest even (rint), then
+the zero point is added and the result saturates to the type's range; NaN goes to the lowest value, as
+onnxruntime's MLAS does. int4 / int2 values are ml_dtypes' one-byte-per-element types: the value's low bits,
+written and read through a uint8 view.
+
+The integer GEMM computes out = (A - za) @ (B - zb) over 8-bit A and B with the CPU's integer dot-product
+instructions:
+- with AVX-512 VNNI (or AVX-VNNI), `vpdpbusd`: each int32 lane accumulates the products of 4 unsigned bytes of A
+  with 4 signed bytes of B. A signed A is made unsigned by adding 128 and an unsigned B signed by subtracting 128;
+  the offsets fold into the zero points (A - za = (A + 128) - (za + 128)), so any operand signedness runs on it;
+- otherwise int16 pairs and `vpmaddwd` (LLVM emits it from the widening multiply and pairwise add written out in
+  generic IR below, and fuses it with the add into VNNI's `vpdpwssd` where it can): exact, where the AVX2
+  `vpmaddubsw` would saturate 255 * 127 + 255 * 127 to int16.
+With `dot` = A_t @ B_t (A_t, B_t the operands as stored), (A_t - za') @ (B_t - zb') is
+dot - zb'[n] * rowsum(A_t)[m] - za'[m] * (colsum(B_t)[n] - K * zb'[n]), the terms the epilogue adds (`rowsum`,
+`colterm`), in int32 arithmetic that wraps as onnxruntime's accumulators do. B is packed in panels of NR columns,
+each K / G words of NR lanes of G elements (G = 4 bytes or 2 int16; K zero-padded to a multiple of G), and each
+row of A is read a word at a time and broadcast, so a 4 x NR register tile of int32 accumulators takes one
+broadcast and two dot-product instructions per row and word: on one Emerald Rapids core, 128x768 @ 768x768 in
+0.3 ms of dot products (230 GMAC/s); onnxruntime took 0.1 ms on two cores there (its MLAS carries AMX tile
+kernels for this CPU, which this does not use). `pack_columns` writes B in this layout from an image as im2col would (a
+matrix
+is a 1x1 convolution over a (K, 1, 1, N) image), together with its column sums, a word (G rows) at a time over
+each run of a panel's pixels along one output row (a run of x, strided by the conv's stride): 0.65 ms for the
+3x3 im2col of 64 channels over 56x56 (1.8 M elements) on one Emerald Rapids core.
+"""
+from __future__ import annotations
+
+import llvmlite.binding as llvm
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic, models, register_model
+
+from onnxjit.cache.jit import njit
+from onnxjit.kernels.conv import im2col_row
+from onnxjit.kernels.simd import HAS_AVX512
+from onnxjit.kernels.views import u64 as _u
+
+_FEATURES = llvm.get_host_cpu_features().flatten().split(",")
+# vpdpbusd on 512-bit vectors (AVX-512 VNNI) or 256-bit ones (AVX-VNNI, the VEX form); else int16 pairs
+HAS_VNNI = ("+avx512vnni" in _FEATURES and HAS_AVX512) or "+avxvnni" in _FEATURES
+IW = 16 if HAS_AVX512 else 8  # int32 lanes of a vector register (zmm / ymm)
+MR = 4  # rows of A per register tile
+NR = 2 * IW  # columns of B per panel: two vectors per tile row
+# the operand element types of the integer dot product: (A's, B's, elements per int32 word)
+DOT_TYPES = (np.uint8, np.int8, 4) if HAS_VNNI else (np.int16, np.int16, 2)
+
+_I32VEC = ir.VectorType(ir.IntType(32), IW)
+
+
+class I32Vector(types.Type):
+    """Numba's type of an `<IW x i32>` register value (the integer GEMM's accumulators)."""
+
+    def __init__(self):
+        super().__init__(name=f"i32x{IW}")
+
+
+I32V = I32Vector()
+
+
+@register_model(I32Vector)
+class _I32VectorModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        super().__init__(dmm, fe_type, _I32VEC)
+
+
+def _element_pointer(context, builder, arrty, arr, index, indexty, pointee):
+    data = context.make_array(arrty)(context, builder, value=arr).data
+    i = context.cast(builder, index, indexty, types.intp)
+    return builder.bitcast(builder.gep(data, [i]), pointee.as_pointer())
+
+
+@intrinsic
+def vzero_i32(typingctx):
+    """An int32 vector of zeros."""
+    def codegen(context, builder, sig, args):
+        return ir.Constant(_I32VEC, None)
+
+    return I32V(), codegen
+
+
+@intrinsic
+def vstore_i32(typingctx, arr, index, v):
+    """arr.flat[index:index + IW] = v (arr C-contiguous int32)."""
+    if not (isinstance(arr, types.Array) and arr.dtype == types.int32 and arr.layout == "C") or v != I32V:
+        return None
+
+    def codegen(context, builder, sig, args):
+        ptr = _element_pointer(context, builder, sig.args[0], args[0], args[1], sig.args[1], _I32VEC)
+        builder.store(args[2], ptr, align=4)
+        return context.get_dummy_value()
+
+    return types.none(arr, index, v), codegen
+
+
+@intrinsic
+def dot_words(typingctx, acc, a, ai, b, bi):
+    """acc + in each lane j the dot product of A's word at element ai (4 uint8 or 2 int16 elements) with lane
+    j's word of B's vector at element bi (4 int8 or 2 int16): `vpdpbusd` for bytes, `vpmaddwd` for int16."""
+    if acc != I32V or not all(isinstance(t, types.Array) and t.layout == "C" for t in (a, b)):
+        return None
+    if (a.dtype, b.dtype) == (types.uint8, types.int8):
+        bytes_ = True
+    elif (a.dtype, b.dtype) == (types.int16, types.int16):
+        bytes_ = False
+    else:
+        return None
+
+    def codegen(context, builder, sig, args):
+        word = builder.load(_element_pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2],
+                                             ir.IntType(32)), align=1)
+        one = builder.insert_element(ir.Constant(_I32VEC, ir.Undefined), word, ir.Constant(ir.IntType(32), 0))
+        splat = builder.shuffle_vector(one, ir.Constant(_I32VEC, ir.Undefined),
+                                       ir.Constant(ir.VectorType(ir.IntType(32), IW), [0] * IW))
+        bv = builder.load(_element_pointer(context, builder, sig.args[3], args[3], args[4], sig.args[4], _I32VEC),
+                          align=1)
+        if bytes_:
+            name = f"llvm.x86.avx512.vpdpbusd.{32 * IW}"
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(_I32VEC, [_I32VEC] * 3), name)
+            return builder.call(fn, [args[0], splat, bv])
+        # int16 pairs: sign-extend, multiply, add each even lane to the odd one after it (LLVM's vpmaddwd pattern)
+        i16v = ir.VectorType(ir.IntType(16), 2 * IW)
+        wide = ir.VectorType(ir.IntType(32), 2 * IW)
+        prod = builder.mul(builder.sext(builder.bitcast(splat, i16v), wide),
+                           builder.sext(builder.bitcast(bv, i16v), wide))
+        undef = ir.Constant(wide, ir.Undefined)
+        mask = ir.VectorType(ir.IntType(32), IW)
+        even = builder.shuffle_vector(prod, undef, ir.Constant(mask, list(range(0, 2 * IW, 2))))
+        odd = builder.shuffle_vector(prod, undef, ir.Constant(mask, list(range(1, 2 * IW, 2))))
+        return builder.add(args[0], builder.add(even, odd))
+
+    return I32V(acc, a, ai, b, bi), codegen
+
+
+# --- QuantizeLinear / DequantizeLinear ------------------------------------------------------------------------
+INNER_CHUNK = 1 << 14  # elements of a quantize / dequantize work unit along the inner dim
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _unit_span(u, n_chunks, inner):
+    """(row of (O, C), first and end inner index) of work unit u."""
+    row = u // n_chunks
+    i0 = (u - row * n_chunks) * INNER_CHUNK
+    return row, i0, min(inner, i0 + INNER_CHUNK)
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _param_base(row, c_size, block, shape):
+    """Flat index of row (o, c)'s first scale / zero point (its inner index 0) in an (O', Cb, I') array."""
+    o = row // c_size
+    c = row - o * c_size
+    return ((o if shape[0] > 1 else 0) * shape[1] + c // block) * shape[2]
+
+
+@njit(cache=True, nogil=True)
+def quantize(x, scale, zero_point, block, lo, hi, mask, to_float, out, u0, u1):
+    """out = saturate(rint(x / scale) + zero_point) over units [u0, u1) of x as (O, C, I) float32, scale and
+    zero_point (O', Cb, I') (float32 and int32, or float32 with to_float; zero_point empty for zero), `block`
+    channels per scale along C. lo, hi (float32): the output range; `mask` keeps a sub-byte type's low bits (-1
+    for the others). With `to_float` out is float32 (the float8 / float4 path, converted by the caller) and gets
+    x / scale + zero_point, clamped to [lo, hi] unless lo > hi (saturate=0), NaN kept."""
+    c_size, inner = x.shape[1], x.shape[2]
+    n_chunks = (inner + INNER_CHUNK - 1) // INNER_CHUNK
+    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
+    zf = zero_point.reshape(-1)
+    has_zp = zf.size > 0
+    per_inner = scale.shape[2] > 1
+    zero = np.float32(0)
+    for u in range(u0, u1):
+        row, i0, i1 = _unit_span(u, n_chunks, inner)
+        p0 = _param_base(row, c_size, block, scale.shape)
+        base = row * inner
+        if per_inner:  # blocked along an outer axis: a scale per element of the row
+            for i in range(i0, i1):
+                p = _u(p0 + i)
+                z = np.float32(zf[p]) if has_zp else zero
+                _quantize_one(xf, of, _u(base + i), sf[p], z, lo, hi, mask, to_float)
+            continue
+        s = sf[_u(p0)]
+        z = np.float32(zf[_u(p0)]) if has_zp else zero
+        # one loop per output kind, each a plain loop LLVM vectorizes (the kind tested per element kept it
+        # scalar: 13 ns an element)
+        if to_float:
+            for i in range(base + i0, base + i1):
+                _quantize_one(xf, of, _u(i), s, z, lo, hi, mask, True)
+        else:
+            for i in range(base + i0, base + i1):
+                _quantize_one(xf, of, _u(i), s, z, lo, hi, mask, False)
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _quantize_one(xf, of, i, s, z, lo, hi, mask, to_float):
+    """of[i] = the quantized xf[i] (see quantize)."""
+    if to_float:
+        v = xf[i] / s
+        if z != 0:  # (adding a zero would turn -0.0 into 0.0; onnxruntime keeps -0.0)
+            v += z
+        if lo <= hi:  # (comparisons, not min / max: NaN stays NaN)
+            v = hi if v > hi else (lo if v < lo else v)  # noqa: FURB136
+        of[i] = v
+    else:
+        v = np.rint(xf[i] / s) + z
+        v = hi if v > hi else (v if v >= lo else lo)  # noqa: FURB136 - NaN goes to lo
+        of[i] = np.int32(v) & mask
+
+
+@njit(cache=True, nogil=True)
+def dequantize(x, narrow, signed, scale, zero_point, block, out, u0, u1):
+    """out = (x - zero_point) * scale (float32) over units [u0, u1), the shapes as in `quantize`; x integers
+    (`narrow` bits of a uint8 view of a sub-byte type, `signed` or not) or float32 (a float8 input, converted)."""
+    c_size, inner = x.shape[1], x.shape[2]
+    n_chunks = (inner + INNER_CHUNK - 1) // INNER_CHUNK
+    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
+    zf = zero_point.reshape(-1)
+    has_zp = zf.size > 0
+    per_inner = scale.shape[2] > 1
+    mask = (1 << narrow) - 1
+    sign = 1 << (narrow - 1) if signed and narrow else 0
+    for u in range(u0, u1):
+        row, i0, i1 = _unit_span(u, n_chunks, inner)
+        p0 = _param_base(row, c_size, block, scale.shape)
+        base = row * inner
+        for i in range(i0, i1):
+            p = _u(p0 + i) if per_inner else _u(p0)
+            q = xf[_u(base + i)]
+            if narrow:
+                q = ((np.int64(q) & mask) ^ sign) - sign
+            if has_zp:
+                of[_u(base + i)] = np.float32(q - zf[p]) * sf[p]
+            else:
+                of[_u(base + i)] = np.float32(q) * sf[p]
+
+
+# --- the integer GEMM -----------------------------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def pack_columns(x, offset, group, k, s, d, out_sizes, kp, out, colsum, u0, u1):
+    """B operands in the GEMM's panel layout from x (N, C, D, H, W), padded already (every tap of every output
+    pixel inside it), each (image, group) the im2col matrix of its group's channels (rows: channel-major kernel
+    taps, Kp of them, zero beyond the real K; columns: output pixels) of values x - offset. out (N * group,
+    panels, Kp / G * NR * G), colsum (N * group, pixels) the column sums over the real K rows. Units: (image,
+    group, panel)."""
+    g_words = 4 // out.itemsize
+    kd, kh, kw = k
+    sd, sh, sw = s
+    dd, dh, dw = d
+    od, oh, ow = out_sizes
+    in_d, in_h, in_w = x.shape[2], x.shape[3], x.shape[4]
+    cg = x.shape[1] // group
+    kvol = kd * kh * kw
+    kk = cg * kvol
+    npx = od * oh * ow
+    panels = out.shape[1]
+    xf = x.reshape(-1)
+    of = out.reshape(-1)
+    pixel = np.empty(NR, np.int64)  # each panel column's first input element, from its channel plane's start
+    taps = np.empty(kk, np.int64)  # each im2col row's offset from the group's first channel plane
+    for r in range(kk):
+        c, a, b, e = im2col_row(r, kvol, kh, kw)
+        taps[r] = ((c * in_d + a * dd) * in_h + b * dh) * in_w + e * dw
+    sums = np.empty(NR, np.int32)
+    zero = out.dtype.type(0)
+    for u in range(u0, u1):
+        bg = u // panels
+        panel = u - bg * panels
+        img = bg // group
+        c0 = (bg - img * group) * cg
+        px0 = panel * NR
+        cols = min(NR, npx - px0)
+        for j in range(NR):
+            q = px0 + min(j, cols - 1)  # columns past the pixels repeat the last one (never stored)
+            i = q // (oh * ow)
+            r = q - i * oh * ow
+            h = r // ow
+            pixel[j] = ((i * sd) * in_h + h * sh) * in_w + (r - h * ow) * sw
+            sums[j] = 0
+        base = u * out.shape[2]
+        plane0 = (img * x.shape[1] + c0) * in_d * in_h * in_w
+        full_words = kk // g_words
+        for q in range(full_words):  # whole words: per run of pixels along an output row, G rows at a time
+            dst = base + q * NR * g_words
+            src = plane0 + taps[q * g_words]
+            # (a word's rows as offsets from its first: the kernel taps' spacing)
+            d1 = taps[q * g_words + 1] - taps[q * g_words]
+            d2 = taps[q * g_words + 2 * (g_words // 4)] - taps[q * g_words]
+            d3 = taps[q * g_words + 3 * (g_words // 4)] - taps[q * g_words]
+            if cols == NR and sw == 1 and px0 % ow + NR <= ow:  # one run of x: a loop of constant length
+                _copy_word_run(xf, of, src + pixel[0], d1, d2, d3, 1, 0, NR, dst, g_words, offset, sums)
+                continue
+            j0 = 0
+            while j0 < cols:
+                j1 = min(cols, j0 + ow - (px0 + j0) % ow)
+                _copy_word_run(xf, of, src + pixel[j0], d1, d2, d3, sw, j0, j1, dst, g_words, offset, sums)
+                j0 = j1
+            if cols < NR:  # lanes past the pixels: the last one again (never stored)
+                _copy_word_run(xf, of, src + pixel[cols - 1], d1, d2, d3, 0, cols, NR, dst, g_words, offset, sums)
+        first = full_words * g_words
+        for r in range(first, kk):  # the rows of a last partial word, element by element
+            src = plane0 + taps[r]
+            dst = base + (r // g_words) * NR * g_words + r % g_words
+            for j in range(NR):
+                v = np.int32(xf[_u(src + pixel[j])]) - offset
+                of[_u(dst + j * g_words)] = v
+                sums[j] += v
+        for r in range(kk, kp):
+            dst = base + (r // g_words) * NR * g_words + r % g_words
+            for j in range(NR):
+                of[_u(dst + j * g_words)] = zero
+        for j in range(cols):
+            colsum[bg, px0 + j] = sums[j]
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _copy_word_run(xf, of, src, d1, d2, d3, step, j0, j1, dst, g_words, offset, sums):
+    """Lanes [j0, j1) of one word of a packed panel: lane j's G elements are x at src + (j - j0) * step plus 0, d1
+    (, d2, d3), less offset; their sum is added to sums[j]. The unit step is passed as a literal, so that once
+    inlined its loads are plain ones LLVM vectorizes."""
+    if g_words == 4:
+        if step == 1:
+            _copy_lanes4(xf, of, src, d1, d2, d3, 1, j0, j1, dst, offset, sums)
+        else:
+            _copy_lanes4(xf, of, src, d1, d2, d3, step, j0, j1, dst, offset, sums)
+    else:
+        for j in range(j0, j1):
+            o = src + (j - j0) * step
+            v0 = np.int32(xf[_u(o)]) - offset
+            v1 = np.int32(xf[_u(o + d1)]) - offset
+            of[_u(dst + 2 * j)] = v0
+            of[_u(dst + 2 * j + 1)] = v1
+            sums[j] += v0 + v1
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _copy_lanes4(xf, of, src, d1, d2, d3, step, j0, j1, dst, offset, sums):
+    """_copy_word_run's lanes of four elements."""
+    for j in range(j0, j1):
+        o = src + (j - j0) * step
+        v0 = np.int32(xf[_u(o)]) - offset
+        v1 = np.int32(xf[_u(o + d1)]) - offset
+        v2 = np.int32(xf[_u(o + d2)]) - offset
+        v3 = np.int32(xf[_u(o + d3)]) - offset
+        of[_u(dst + 4 * j)] = v0
+        of[_u(dst + 4 * j + 1)] = v1
+        of[_u(dst + 4 * j + 2)] = v2
+        of[_u(dst + 4 * j + 3)] = v3
+        sums[j] += v0 + v1 + v2 + v3
+
+
+@njit(cache=True, nogil=True)
+def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi, out, u0, u1):
+    """out[b] = (a[b] - za) @ (B[b] - zb) + bias (int32), or with `requant` rint(that * mult_r[m] * mult_c[n])
+    clamped to [lo, hi] (the output type's range less zy) plus zy, over units [u0, u1) of (batch, panel, block of MR
+    rows).
+
+    a: (Ba, M, Kp) A's rows as stored (DOT_TYPES), Kp a multiple of the word size, zero-padded; bp: (Bb, panels,
+    Kp / G * NR * G) B packed (pack_columns); out (B, M, N). Per-row arrays (za' = A's zero points as stored,
+    rowsum, bias, mult_r) are (Ba', M) and per-column ones (zb', colterm, mult_c) (Bb', N), each read at batch
+    b % its leading size (1 or the operand's batches; for a grouped conv, A's batches are the groups)."""
+    m, n = out.shape[1], out.shape[2]
+    kp = a.shape[2]
+    g_words = 4 // a.itemsize
+    n_words = kp // g_words
+    panels = bp.shape[1]
+    row_blocks = (m + MR - 1) // MR
+    af = a.reshape(-1)
+    bf = bp.reshape(-1)
+    tile = np.empty(MR * NR, np.int32)
+    half = IW * g_words
+    for u in range(u0, u1):
+        rb = u % row_blocks
+        bpn = u // row_blocks
+        panel = bpn % panels
+        b = bpn // panels
+        r0 = rb * MR
+        rows = min(MR, m - r0)
+        a0 = (b % a.shape[0]) * m * kp
+        o0 = a0 + r0 * kp
+        o1 = a0 + min(r0 + 1, m - 1) * kp
+        o2 = a0 + min(r0 + 2, m - 1) * kp
+        o3 = a0 + min(r0 + 3, m - 1) * kp
+        pb = ((b % bp.shape[0]) * panels + panel) * bp.shape[2]
+        c00 = c01 = c10 = c11 = c20 = c21 = c30 = c31 = vzero_i32()
+        for q in range(n_words):
+            bo = pb + q * NR * g_words
+            ao = q * g_words
+            c00 = dot_words(c00, af, o0 + ao, bf, bo)
+            c01 = dot_words(c01, af, o0 + ao, bf, bo + half)
+            c10 = dot_words(c10, af, o1 + ao, bf, bo)
+            c11 = dot_words(c11, af, o1 + ao, bf, bo + half)
+            c20 = dot_words(c20, af, o2 + ao, bf, bo)
+            c21 = dot_words(c21, af, o2 + ao, bf, bo + half)
+            c30 = dot_words(c30, af, o3 + ao, bf, bo)
+            c31 = dot_words(c31, af, o3 + ao, bf, bo + half)
+        vstore_i32(tile, 0, c00)
+        vstore_i32(tile, IW, c01)
+        vstore_i32(tile, NR, c10)
+        vstore_i32(tile, NR + IW, c11)
+        vstore_i32(tile, 2 * NR, c20)
+        vstore_i32(tile, 2 * NR + IW, c21)
+        vstore_i32(tile, 3 * NR, c30)
+        vstore_i32(tile, 3 * NR + IW, c31)
+        _finish_tile(tile, b, r0, rows, panel * NR, min(NR, n - panel * NR), za, rowsum, zb, colterm, bias, mult_r,
+                     mult_c, requant, zy, lo, hi, out)
+
+
+@njit(cache=True, nogil=True)
+def _finish_tile(tile, b, r0, rows, n0, cols, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi,
+                 out):
+    """The epilogue of one register tile: zero-point terms, bias, and the requantization (see igemm), in int32
+    arithmetic that wraps as onnxruntime's accumulators do."""
+    m, n = out.shape[1], out.shape[2]
+    zbr, ctr, mcr = zb[b % zb.shape[0]], colterm[b % colterm.shape[0]], mult_c[b % mult_c.shape[0]]
+    of = out.reshape(-1)
+    for r in range(rows):
+        mm = r0 + r
+        zam = za[b % za.shape[0], mm]
+        rs = rowsum[b % rowsum.shape[0], mm]
+        extra = bias[b % bias.shape[0], mm]
+        mr = mult_r[b % mult_r.shape[0], mm]
+        o = (b * m + mm) * n + n0
+        t = r * NR
+        if requant:
+            for j in range(cols):
+                acc = np.int32(tile[_u(t + j)] - zbr[_u(n0 + j)] * rs - zam * ctr[_u(n0 + j)] + extra)
+                f = min(max(np.rint(np.float32(acc) * (mr * mcr[_u(n0 + j)])), lo), hi)
+                of[_u(o + j)] = np.int32(f) + zy
+        else:
+            for j in range(cols):
+                of[_u(o + j)] = np.int32(tile[_u(t + j)] - zbr[_u(n0 + j)] * rs - zam * ctr[_u(n0 + j)] + extra)
+
+
+# --- com.microsoft quantized elementwise ops ------------------------------------------------------------------
+@njit(cache=True, nogil=True)
+def lookup(x, table, out, u0, u1):
+    """out = table[x] over units [u0, u1) of INNER_CHUNK elements, x the uint8 view of 8-bit values (an 8-bit
+    unary op's 256 outputs precomputed)."""
+    xf, of = x.reshape(-1), out.reshape(-1)
+    n = xf.size
+    for u in range(u0, u1):
+        for i in range(u * INNER_CHUNK, min(n, (u + 1) * INNER_CHUNK)):
+            of[_u(i)] = table[xf[_u(i)]]
+
+
+@njit(cache=True, nogil=True)
+def qlinear_binary(a, b, multiply, za, zb, zc, ratio_a, ratio_b, lo, hi, out, u0, u1):
+    """QLinearAdd (rint((a - za) * ratio_a + (b - zb) * ratio_b) + zc) or, with `multiply`, QLinearMul
+    (rint((a - za) * (b - zb) * ratio_a) + zc), saturated to [lo, hi] (float32), over units [u0, u1) of
+    INNER_CHUNK elements of the flat output; a or b may hold one value, broadcast."""
+    af, bf, of = a.reshape(-1), b.reshape(-1), out.reshape(-1)
+    n = of.size
+    for u in range(u0, u1):
+        i0, i1 = u * INNER_CHUNK, min(n, (u + 1) * INNER_CHUNK)
+        # one loop per operand form, each a plain loop LLVM vectorizes
+        if af.size == 1:
+            va = np.float32(np.int32(af[0]) - za)
+            for i in range(i0, i1):
+                of[_u(i)] = _qlinear_value(va, bf[_u(i)], multiply, zb, zc, ratio_a, ratio_b, lo, hi)
+        elif bf.size == 1:
+            for i in range(i0, i1):
+                of[_u(i)] = _qlinear_value(np.float32(np.int32(af[_u(i)]) - za), bf[0], multiply, zb, zc, ratio_a,
+                                           ratio_b, lo, hi)
+        else:
+            for i in range(i0, i1):
+                of[_u(i)] = _qlinear_value(np.float32(np.int32(af[_u(i)]) - za), bf[_u(i)], multiply, zb, zc,
+                                           ratio_a, ratio_b, lo, hi)
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def _qlinear_value(va, b, multiply, zb, zc, ratio_a, ratio_b, lo, hi):
+    vb = np.float32(np.int32(b) - zb)
+    v = np.rint(va * vb * ratio_a) if multiply else np.rint(va * ratio_a + vb * ratio_b)
+    return np.int32(min(max(v + zc, lo), hi))
+
+
+@njit(cache=True, nogil=True)
+def average_planes(x, zx, multiplier, zy, lo, hi, out, u0, u1):
+    """out[p, q] = rint((sum over s of x[p, s, q] - zx * S) * multiplier) + zy, saturated to [lo, hi] (float32):
+    QLinearGlobalAveragePool over x as (N * C, S, 1) or, channels last, (N, S, C); units: rows p."""
+    size, width = x.shape[1], x.shape[2]
+    xf = x.reshape(-1)
+    sums = np.empty(width, np.int32)
+    for p in range(u0, u1):
+        base = p * size * width
+        if width == 1:  # a channel's plane, contiguous
+            acc = np.int32(0)
+            for s in range(size):
+                acc += np.int32(xf[_u(base + s)])
+            sums[0] = acc
+        else:
+            sums[:] = 0
+            for s in range(size):
+                row = base + s * width
+                for q in range(width):
+                    sums[q] += np.int32(xf[_u(row + q)])
+        for q in range(width):
+            v = np.rint(np.float32(sums[q] - zx * size) * multiplier) + zy
+            out[p, q] = np.int32(min(max(v, lo), hi))

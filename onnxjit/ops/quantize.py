@@ -1,0 +1,749 @@
+"""The ONNX quantization ops on the CPU provider: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
+MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, and the com.microsoft ones onnxruntime's quantizer writes
+(QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearConcat, QGemm,
+MatMulIntegerToFloat, DynamicQuantizeMatMul: semantics, formulas and numpy references in
+onnxjit.contrib.microsoft.quantized); kernels in `onnxjit.kernels.quantize`.
+
+QuantizeLinear / DequantizeLinear take every form their opsets define: per-tensor (a scalar or one-element
+scale), per-axis (`axis`, a 1-D scale), blocked (`block_size`, opset 21+: the scale of x's rank, ceil(C / block)
+along the axis), `output_dtype` (21+ / 23+), `saturate` for float8. Integer types int8, uint8, int16, uint16,
+int4, uint4, int2, uint2 (and int32 into DequantizeLinear) run on the kernels directly; float8 and float4e2m1
+values are computed in float32 by the same kernels and converted by ml_dtypes (round to nearest even, as the
+Cast op does). x / scale is computed in float32 whatever the input type (float16 and bfloat16 inputs are exact
+in it) before opset 23; from 23 in the `precision` type (by default the scale's: float16 / bfloat16 rounding the
+quotient of x and the scale, each converted to that type, as onnxruntime does). The float8e8m0 scales of opset
+24+ are left to the next provider (None from the builder).
+
+The integer matrix products run one integer GEMM (kernels.quantize.igemm, on `vpdpbusd` where the CPU has VNNI)
+whose epilogue adds the zero-point terms and the bias and, for the QLinear ops, requantizes with the multiplier
+a_scale * b_scale / y_scale (float32, computed in that order as onnxruntime does; per column of B for
+QLinearMatMul, per output channel for QLinearConv), rounds half to even and saturates. MatMul-like ops broadcast
+their batch dims as MatMul does (ops.linalg), with per-row A and per-column B zero points; a constant B (the
+weights) is packed once. The convolutions put the weights on the GEMM's A side (one row per output channel, packed
+once when constant) and the input's im2col on its B side, packed per run with the input's zero point as its padding,
+so each group's output comes out in NCHW order; geometry and attributes are Conv's (ops.nn).
+
+The com.microsoft elementwise ops run on kernels of their own (QLinearAdd / QLinearMul one pass in float32 as
+onnxruntime computes them; QLinearSigmoid / QLinearLeakyRelu / a requantized QLinearConcat input a lookup in the
+256 outputs of the op, made once per scale and zero point); QGemm, MatMulIntegerToFloat and DynamicQuantizeMatMul
+the integer GEMM above, with C / the float scaling applied after it (numpy). Float16 scales of
+MatMulIntegerToFloat and QLinearMatMul's float8 operands (opset 21) are left to the next provider.
+
+Run-time errors (a scale of the wrong shape, shapes that do not multiply) are ValueErrors naming the op and the
+input, which the session reports as a RuntimeException naming the node.
+"""
+from __future__ import annotations
+
+import math
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto as TP
+
+from onnxjit.contrib.microsoft import quantized as ms
+from onnxjit.ir.types import TensorType, elem_type_of, np_dtype
+from onnxjit.kernels import quantize as kq
+from onnxjit.ops.cast import FLOAT8
+from onnxjit.ops.nn import (AUTO_PADS, ConstantDerived, pad3, shape5_of, constant_input, conv_attributes,
+                            conv_geometry, conv_kernel_of, rank_of, ro, wanted_outputs)
+from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.worker_pool import run_units
+
+# integer element type -> (lowest, highest, bits of a sub-byte type stored one per byte, else 0)
+INTEGER_RANGES = {TP.INT8: (-128, 127, 0), TP.UINT8: (0, 255, 0), TP.INT16: (-32768, 32767, 0),
+                  TP.UINT16: (0, 65535, 0), TP.INT4: (-8, 7, 4), TP.UINT4: (0, 15, 4), TP.INT2: (-2, 1, 2),
+                  TP.UINT2: (0, 3, 2)}
+SIGNED_NARROW = frozenset({TP.INT4, TP.INT2})
+FLOAT_CODES = FLOAT8 | {TP.FLOAT4E2M1}  # float8 / float4 values: computed in float32, converted by ml_dtypes
+SCALE_TYPES = frozenset({TP.FLOAT, TP.FLOAT16, TP.BFLOAT16})
+QUANTIZE_INPUTS = SCALE_TYPES | {TP.INT32}
+DEQUANTIZE_INPUTS = frozenset(INTEGER_RANGES) | FLOAT_CODES | {TP.INT32}
+EIGHT_BIT = frozenset({TP.INT8, TP.UINT8})
+
+
+def _elem(node, i):
+    types = input_tensor_types(node)
+    t = types[i] if i < len(types) else None
+    return None if t is None else t.elem_type
+
+
+def _present(node, i):
+    return i < len(node.inputs) and node.inputs[i] is not None and node.inputs[i].name != ""
+
+
+def _output_elem(node):
+    t = node.outputs[0].type if node.outputs else None
+    return t.elem_type if isinstance(t, TensorType) else None
+
+
+# --- the (outer, axis, inner) layout of Quantize / Dequantize ---------------------------------------------------
+def quant_layout(op, x_shape, scale_shape, zp_shape, axis, block_size):
+    """(x as (O, C, I), scale and zero point as (O', Cb, I'), channels per scale along C) for the per-tensor,
+    per-axis and blocked forms (see kernels.quantize); ValueError naming the op where the shapes do not fit."""
+    if zp_shape is not None and tuple(zp_shape) != tuple(scale_shape) \
+            and not math.prod(zp_shape) == math.prod(scale_shape) == 1:  # () and (1,) are both per-tensor
+        raise ValueError(f"{op}: the zero point's shape {tuple(zp_shape)} is not the scale's {tuple(scale_shape)}")
+    r = len(x_shape)
+    size = math.prod(x_shape)
+    if block_size > 0:
+        if r == 0 or not -r <= axis < r:
+            raise ValueError(f"{op}: axis {axis} is out of range for x of shape {tuple(x_shape)}")
+        a = axis % r
+        c = x_shape[a]
+        want = tuple(-(-c // block_size) if i == a else d for i, d in enumerate(x_shape))
+        if tuple(scale_shape) != want:
+            raise ValueError(f"{op}: with block_size={block_size} the scale must have shape {want} for x of shape "
+                             f"{tuple(x_shape)}, got {tuple(scale_shape)}")
+        outer, inner = math.prod(x_shape[:a]), math.prod(x_shape[a + 1:])
+        return (outer, c, inner), (outer, want[a], inner), block_size
+    if math.prod(scale_shape) == 1 and len(scale_shape) <= 1:
+        return (1, 1, size), (1, 1, 1), 1
+    if len(scale_shape) != 1:
+        raise ValueError(f"{op}: the scale must be a scalar, or 1-D for per-axis quantization (or of x's rank with "
+                         f"block_size), got shape {tuple(scale_shape)}")
+    if r == 0 or not -r <= axis < r:
+        raise ValueError(f"{op}: axis {axis} is out of range for x of shape {tuple(x_shape)}")
+    a = axis % r
+    if scale_shape[0] != x_shape[a]:
+        raise ValueError(f"{op}: a per-axis scale of {scale_shape[0]} values for axis {a} of x of shape "
+                         f"{tuple(x_shape)}")
+    return (math.prod(x_shape[:a]), x_shape[a], math.prod(x_shape[a + 1:])), (1, x_shape[a], 1), 1
+
+
+def _units(x3):
+    return x3[0] * x3[1] * -(-x3[2] // kq.INNER_CHUNK)
+
+
+def _int32_params(zp, narrow, signed):
+    """A zero point as int32 (a sub-byte type through its low bits)."""
+    if narrow:
+        v = zp.view(np.uint8).astype(np.int32) & ((1 << narrow) - 1)
+        return (v ^ (1 << (narrow - 1))) - (1 << (narrow - 1)) if signed else v
+    return zp.astype(np.int32)
+
+
+def _quantize_kernel(op, to, saturate, axis, block_size, precision=None):
+    """fn(x, scale, zero_point=None) -> y of element type `to`, or None where `to` is not one the kernel writes.
+    `precision`: float16 / bfloat16 where x / scale is computed in that type (opset 23+), else float32."""
+    out_dtype = np_dtype(to)
+    if to in INTEGER_RANGES:
+        lo, hi, narrow = INTEGER_RANGES[to]
+        to_float = False
+    elif to in FLOAT_CODES:
+        big = float(ml_dtypes.finfo(out_dtype).max)
+        lo, hi, narrow = (-big, big, 0) if saturate else (1.0, 0.0, 0)  # lo > hi: no clamp
+        to_float = True
+    else:
+        return None
+
+    def run(x, scale, zp=None):
+        if elem_type_of(x.dtype) not in QUANTIZE_INPUTS:
+            raise ValueError(f"{op}: x of type {x.dtype} is not one it takes (float, float16, bfloat16, int32)")
+        x3, s3, block = quant_layout(op, x.shape, scale.shape, None if zp is None else zp.shape, axis, block_size)
+        scale32 = ro(np.asarray(scale, np.float32).reshape(s3))
+        x32 = np.asarray(x, np.float32).reshape(x3)
+        if precision is not None:
+            # x / scale rounded to `precision` (x and the scale first converted to it), as onnxruntime computes it:
+            # a float32 quotient of two such values, rounded once more, is their correctly rounded quotient
+            s_in = np.asarray(scale, precision).astype(np.float32).reshape(s3)
+            s_full = np.repeat(s_in, block, axis=1)[:, :x3[1]] if block > 1 else s_in
+            x32 = (x.astype(precision).astype(np.float32).reshape(x3) / s_full).astype(precision).astype(np.float32)
+            scale32 = _ones(s3)
+        if zp is None:
+            zp3 = _NO_ZERO_POINT[to_float]
+        elif to_float:
+            zp3 = ro(zp.astype(np.float32).reshape(s3))
+        else:
+            zp3 = ro(_int32_params(zp, narrow, to in SIGNED_NARROW).reshape(s3))
+        y = np.empty(x.shape, out_dtype)
+        target = np.empty(x.shape, np.float32) if to_float else (y.view(np.uint8) if narrow else y)
+        units = _units(x3)
+        if units:
+            run_units(kq.quantize, (ro(x32), scale32, zp3, block, np.float32(lo), np.float32(hi),
+                                    (1 << narrow) - 1 if narrow else -1, to_float, target.reshape(x3)), units,
+                      4 * x.size)
+        return (target.astype(out_dtype) if to_float else y,)
+    return run
+
+
+_NO_ZERO_POINT = {False: ro(np.zeros(0, np.int32).reshape(1, 1, 0)), True: ro(np.zeros(0, np.float32).reshape(1, 1, 0))}
+
+
+def _ones(shape):
+    return ro(np.ones(shape, np.float32))
+
+
+def build_quantize_linear(node):
+    x_elem, s_elem = _elem(node, 0), _elem(node, 1)
+    if x_elem not in QUANTIZE_INPUTS | {None} or s_elem not in SCALE_TYPES or wanted_outputs(node) != 1:
+        return None  # (an x of a type not known before run time is checked then)
+    # the type x / scale is computed in: float32 before opset 23, then `precision`, by default the scale's type
+    precision = (int(attr(node, "precision", 0) or 0) or s_elem) if node.opset >= 23 else TP.FLOAT
+    if precision not in SCALE_TYPES:
+        return None
+    if _present(node, 2):
+        to = _elem(node, 2)
+    else:
+        to = int(attr(node, "output_dtype", 0) or 0) or TP.UINT8
+    if to is None:
+        return None
+    axis = int(attr(node, "axis", 1)) if node.opset >= 13 else 1
+    block_size = int(attr(node, "block_size", 0) or 0)
+    if block_size < 0:
+        return None
+    return _quantize_kernel("QuantizeLinear", to, bool(attr(node, "saturate", 1)), axis, block_size,
+                            None if precision == TP.FLOAT else np_dtype(precision))
+
+
+def build_dequantize_linear(node):
+    x_elem, s_elem = _elem(node, 0), _elem(node, 1)
+    if s_elem not in SCALE_TYPES or wanted_outputs(node) != 1 or x_elem not in DEQUANTIZE_INPUTS | {None}:
+        return None  # (an x of a type not known before run time is checked then)
+    out_elem = int(attr(node, "output_dtype", 0) or 0) or s_elem
+    if out_elem not in SCALE_TYPES:
+        return None
+    out_dtype = np_dtype(out_elem)
+    axis = int(attr(node, "axis", 1)) if node.opset >= 13 else 1
+    block_size = int(attr(node, "block_size", 0) or 0)
+    if block_size < 0:
+        return None
+
+    def run(x, scale, zp=None):
+        x_type = elem_type_of(x.dtype)
+        if x_type not in DEQUANTIZE_INPUTS:
+            raise ValueError(f"DequantizeLinear: x of type {x.dtype} is not one it takes")
+        narrow = INTEGER_RANGES[x_type][2] if x_type in INTEGER_RANGES else 0
+        is_float = x_type in FLOAT_CODES
+        signed = x_type in SIGNED_NARROW
+        x3, s3, block = quant_layout("DequantizeLinear", x.shape, scale.shape, None if zp is None else zp.shape,
+                                     axis, block_size)
+        if zp is None:
+            zp3 = _NO_ZERO_POINT[is_float]
+        elif is_float:
+            zp3 = ro(zp.astype(np.float32).reshape(s3))
+        else:
+            zp3 = ro(_int32_params(zp, narrow, signed).reshape(s3))
+        if is_float:
+            xv = x.astype(np.float32)
+        else:
+            xv = x.view(np.uint8) if narrow else x
+        y = np.empty(x.shape, np.float32)
+        units = _units(x3)
+        if units:
+            run_units(kq.dequantize, (ro(xv.reshape(x3)), narrow, signed,
+                                      ro(np.asarray(scale, np.float32).reshape(s3)), zp3, block, y.reshape(x3)),
+                      units, 2 * x.size)
+        return (y if out_dtype == np.float32 else y.astype(out_dtype),)
+    return run
+
+
+for _v in (10, 13, 19, 21, 23, 24, 25):
+    register_op("QuantizeLinear", since=_v)(build_quantize_linear)
+    register_op("DequantizeLinear", since=_v)(build_dequantize_linear)
+
+
+@register_op("DynamicQuantizeLinear", since=11)
+def build_dynamic_quantize_linear(node):
+    """uint8 y, its scale and zero point from x's range extended to include 0 (contrib.microsoft.quantized's
+    dynamic_quantization, onnxruntime's formula)."""
+    if _elem(node, 0) != TP.FLOAT:
+        return None
+    quantize = _quantize_kernel("DynamicQuantizeLinear", TP.UINT8, True, 1, 0)
+
+    def run(x):
+        scale, zp = ms.dynamic_quantization(x)
+        scale_arr, zp_arr = np.array(scale, np.float32), np.array(zp, np.uint8)
+        return (quantize(x, scale_arr, zp_arr)[0], scale_arr, zp_arr)
+    return run
+
+
+# --- the integer GEMM -------------------------------------------------------------------------------------------
+A_TYPE, B_TYPE, WORD = kq.DOT_TYPES
+
+
+def _a_offset(dtype):
+    """What is subtracted from A's values to store them (DOT_TYPES' A type): -128 for int8 on the byte path."""
+    return -128 if A_TYPE is np.uint8 and dtype == np.int8 else 0
+
+
+def _b_offset(dtype):
+    """What is subtracted from B's values to store them: 128 for uint8 on the byte path (B int8 there)."""
+    return 128 if B_TYPE is np.int8 and dtype == np.uint8 else 0
+
+
+def a_operand(a3):
+    """A (Ba, M, K) as the GEMM stores it: ((Ba, M, Kp) zero-padded, its row sums, the offset subtracted)."""
+    ba, m, k = a3.shape
+    kp = -(-k // WORD) * WORD
+    offset = _a_offset(a3.dtype)
+    at = np.zeros((ba, m, kp), A_TYPE)
+    at[..., :k] = a3.astype(np.int16) - offset
+    at.flags.writeable = False
+    return at, ro(at.sum(axis=2, dtype=np.int32)), offset
+
+
+def b_operand(x5, group, k, s, d, p, out_sizes, pad):
+    """B packed for the GEMM (see kernels.quantize.pack_columns) from x (N, C, D, H, W) as im2col with head pads
+    `p`, `pad` (x's zero point) outside it: (packed, column sums, the offset subtracted). Where taps reach
+    outside x, the kernel reads a copy of x padded with `pad`."""
+    n_img, c = x5.shape[:2]
+    kk = c // group * math.prod(k)
+    kp = -(-kk // WORD) * WORD
+    npx = math.prod(out_sizes)
+    panels = -(-npx // kq.NR)
+    offset = _b_offset(x5.dtype)
+    reach = [(o - 1) * st + (kn - 1) * dl + 1 for o, st, kn, dl in zip(out_sizes, s, k, d)]
+    padded = [max(n + h, e) for n, h, e in zip(x5.shape[2:], p, reach)]
+    if any(p) or padded != list(x5.shape[2:]):
+        xp = np.full((n_img, c, *padded), pad, x5.dtype)
+        xp[:, :, p[0]:p[0] + x5.shape[2], p[1]:p[1] + x5.shape[3], p[2]:p[2] + x5.shape[4]] = x5
+        x5 = xp
+    bp = np.empty((n_img * group, panels, kp * kq.NR), B_TYPE)
+    colsum = np.zeros((n_img * group, npx), np.int32)
+    if bp.size:
+        run_units(kq.pack_columns, (ro(x5), offset, group, tuple(k), tuple(s), tuple(d), tuple(out_sizes), kp, bp,
+                                    colsum), n_img * group * panels, bp.size)
+    bp.flags.writeable = False
+    return bp, colsum, offset
+
+
+def b_matrix_operand(b3):
+    """B (Bb, K, N) packed for the GEMM: a 1x1 convolution over a (K, 1, 1, N) image."""
+    bb, k, n = b3.shape
+    return b_operand(b3.reshape(bb, k, 1, 1, n), 1, (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, n), 0)
+
+
+def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None, zy=0, y_range=None):
+    """out (B, M, N) = (A - za) @ (B - zb) [+ bias] as int32, or, given y_range (the lowest and highest value of
+    out's dtype), requantized: saturate(rint(that * mult_r * mult_c) + zy). za, bias and mult_r are per row of A
+    ((Ba', M), Ba' 1 or A's batches), zb and mult_c per column of B ((Bb', N)); zero points as given."""
+    at, rowsum, a_off = a_op
+    bp, colsum, b_off = b_op
+    nb, m, n = out.shape
+    if out.size == 0:
+        return out
+    zb_t = np.asarray(zb, np.int64) - b_off
+    colterm = ro((colsum - k * zb_t).astype(np.int32))
+    requant = y_range is not None
+    lo, hi = (np.float32(y_range[0] - zy), np.float32(y_range[1] - zy)) if requant else (np.float32(0), np.float32(0))
+    bias = np.zeros((1, m), np.int32) if bias is None else bias
+    mult_r = np.ones((1, m), np.float32) if mult_r is None else mult_r
+    mult_c = np.ones((1, n), np.float32) if mult_c is None else mult_c
+    units = nb * bp.shape[1] * -(-m // kq.MR)
+    run_units(kq.igemm, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
+                         ro(np.asarray(mult_r, np.float32)), ro(np.asarray(mult_c, np.float32)), requant, int(zy), lo,
+                         hi, out), units, nb * m * n * at.shape[2])
+    return out
+
+
+def _i32(v):
+    return ro(np.asarray(v).astype(np.int32))
+
+
+def _points(op, name, zp, batch, rows, cols, per_row):
+    """A zero point (or scale) of a MatMul-like op as a (1 or B, rows or cols) array: a scalar (or one value), a
+    1-D vector per row of A (per_row) or per column of B, or batch dims + (M, 1) / (1, N)."""
+    zp = np.asarray(zp)
+    length = rows if per_row else cols
+    if zp.size == 1:
+        return np.full((1, length), zp.reshape(-1)[0], zp.dtype)
+    if zp.ndim == 1 and zp.shape[0] == length:
+        return zp.reshape(1, length)
+    want = (rows, 1) if per_row else (1, cols)
+    if zp.ndim >= 2 and zp.shape[-2:] == want:
+        try:
+            full = np.broadcast_to(zp, tuple(batch) + want)
+        except ValueError:
+            full = None
+        if full is not None:
+            return full.reshape(-1, length)
+    where = "per row of A" if per_row else "per column of B"
+    raise ValueError(f"{op}: {name} of shape {zp.shape} is neither a scalar nor {length} values {where}")
+
+
+def _batched(op, a, b):
+    """(A as (Ba, M, K), B as (Bb, K, N), the batch dims, the output's shape) under numpy.matmul's rules, each
+    operand's batch either 1 or all of the batch dims."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"{op}: inputs must have rank >= 1, got shapes {a.shape} and {b.shape}")
+    a2 = a.reshape(1, -1) if a.ndim == 1 else a
+    b2 = b.reshape(-1, 1) if b.ndim == 1 else b
+    (m, k), (kb, n) = a2.shape[-2:], b2.shape[-2:]
+    if k != kb:
+        raise ValueError(f"{op}: A of shape {a.shape} and B of shape {b.shape} do not multiply")
+    try:
+        batch = np.broadcast_shapes(a2.shape[:-2], b2.shape[:-2])
+    except ValueError:
+        raise ValueError(f"{op}: the batch dims of A {a.shape} and B {b.shape} do not broadcast") from None
+
+    def as3(v, rows, cols):
+        if math.prod(v.shape[:-2]) == 1:
+            return v.reshape(1, rows, cols)
+        if v.shape[:-2] != batch:
+            v = np.broadcast_to(v, batch + (rows, cols))
+        return np.ascontiguousarray(v).reshape(-1, rows, cols)
+    out_shape = batch + ((m,) if a.ndim > 1 else ()) + ((n,) if b.ndim > 1 else ())
+    return as3(a2, m, k), as3(b2, k, n), batch, out_shape
+
+
+def _as_matrices(b):
+    """B (..., K, N) (or (K,)) as (batches, K, N): its packing for the GEMM when B is constant."""
+    return b_matrix_operand(b.reshape(1, -1, 1) if b.ndim == 1 else b.reshape((-1,) + b.shape[-2:]))
+
+
+def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0):
+    """The MatMul-like product (A - za) @ (B - zb): int32 (MatMulInteger), or requantized into y_dtype with the
+    per-column multipliers mult_c and zero point zy (QLinearMatMul). packed_b: a ConstantDerived packing the
+    node's constant B (used where B is it and its batch is not broadcast)."""
+    ms.check_8bit(op, A=a, B=b)
+    a3, b3, batch, out_shape = _batched(op, a, b)
+    m, k, n = a3.shape[1], a3.shape[2], b3.shape[2]
+    za2 = _points(op, "the zero point of A", za, batch, m, n, True)
+    zb2 = _points(op, "the zero point of B", zb, batch, m, n, False)
+    own_batches = b.ndim == 1 or b3.shape[0] == math.prod(b.shape[:-2])
+    b_op = packed_b.of(b) if own_batches and packed_b.holds(b) else b_matrix_operand(b3)
+    out = np.empty((math.prod(batch), m, n), np.int32 if y_dtype is None else y_dtype)
+    y_range = None
+    if y_dtype is not None:
+        info = np.iinfo(y_dtype)
+        y_range = (int(info.min), int(info.max))
+        mult_c = _points(op, "the scale of B", mult_c, batch, m, n, False)
+    integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_c=mult_c, zy=zy, y_range=y_range)
+    return out.reshape(out_shape)
+
+
+def _eight_bit(node, indices):
+    """Whether the present inputs at `indices` are int8 / uint8 or of a type not known before run time (where type
+    inference stopped, say after an op it does not know): the kernels check those as they run."""
+    return all(_elem(node, i) in EIGHT_BIT or _elem(node, i) is None for i in indices if _present(node, i))
+
+
+def _same_elem(node, pairs):
+    """Whether each (value input, zero point input) pair has one element type, where the zero point is given and
+    both types are known (the kernels check the values' types as they run)."""
+    return all(not _present(node, z) or None in (_elem(node, z), _elem(node, v)) or _elem(node, z) == _elem(node, v)
+               for v, z in pairs)
+
+
+@register_op("MatMulInteger", since=10)
+def build_matmul_integer(node):
+    if not _eight_bit(node, (0, 1, 2, 3)) or wanted_outputs(node) != 1 or not _same_elem(node, ((0, 2), (1, 3))):
+        return None
+    packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
+
+    def run(a, b, za=None, zb=None):
+        return (integer_matmul("MatMulInteger", a, 0 if za is None else za, b, 0 if zb is None else zb,
+                               packed_b),)
+    return run
+
+
+def _scalar(op, name, v):
+    v = np.asarray(v)
+    if v.size != 1:
+        raise ValueError(f"{op}: {name} must be a scalar (one value), got shape {v.shape}")
+    return v.reshape(-1)[0]
+
+
+@register_op("QLinearMatMul", since=10)
+@register_op("QLinearMatMul", since=21)
+def build_qlinear_matmul(node):
+    """y = saturate(rint((a - a_zp) @ (b - b_zp) * a_scale * b_scale / y_scale) + y_zp): a per-tensor, b per-tensor
+    or per column, y per-tensor; float8 operands (opset 21) are left to the next provider."""
+    if len(node.inputs) != 8 or not _eight_bit(node, (0, 2, 3, 5, 7)) \
+            or any(_elem(node, i) not in SCALE_TYPES for i in (1, 4, 6)) or wanted_outputs(node) != 1 \
+            or not _same_elem(node, ((0, 2), (3, 5))):
+        return None
+    packed_b = ConstantDerived(constant_input(node, 3), _as_matrices)
+
+    def run(a, a_scale, za, b, b_scale, zb, y_scale, zy):
+        op = "QLinearMatMul"
+        sa = np.float32(_scalar(op, "a_scale", a_scale))
+        sy = np.float32(_scalar(op, "y_scale", y_scale))
+        mult = sa * np.asarray(b_scale, np.float32) / sy  # float32, in onnxruntime's order
+        return (integer_matmul(op, a, za, b, zb, packed_b, zy.dtype, mult, int(_scalar(op, "y_zero_point", zy))),)
+    return run
+
+
+# --- ConvInteger / QLinearConv ----------------------------------------------------------------------------------
+def _per_channel(op, name, v, m_out, group, dtype):
+    """A per-tensor or per-output-channel value as (group, channels per group)."""
+    v = np.asarray(v)
+    if v.size == 1:
+        v = np.full(m_out, v.reshape(-1)[0])
+    elif v.ndim != 1 or v.shape[0] != m_out:
+        raise ValueError(f"{op}: {name} must be a scalar or have {m_out} values (one per output channel), got "
+                         f"shape {v.shape}")
+    return v.astype(dtype).reshape(group, m_out // group)
+
+
+def _integer_conv(node, op, w_index):
+    """fn(x, x_zero_point, w, w_zero_point, bias=None, mult=None, y_zero_point=0, y_dtype=None) -> the
+    convolution (int32, or requantized into y_dtype with the per-channel multipliers `mult`), or None where the
+    node's attributes are not ones the conv geometry takes."""
+    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
+    kernel_attr = attr(node, "kernel_shape")
+    kernel_attr = [int(v) for v in kernel_attr] if kernel_attr else None
+    ranks = {len(kernel_attr)} if kernel_attr else set()
+    ranks |= {rk - 2 for rk in (rank_of(node, 0), rank_of(node, w_index)) if rk is not None}
+    if auto_pad not in AUTO_PADS or len(ranks) != 1 or not 1 <= next(iter(ranks)) <= 3:
+        return None
+    r = next(iter(ranks))
+    attributes = conv_attributes(node, r, auto_pad)
+    if attributes is None:
+        return None
+    group, strides, dilations, pads = attributes
+    packed_w = ConstantDerived(constant_input(node, w_index),
+                               lambda w: a_operand(w.reshape(group, w.shape[0] // group, -1)))
+
+    def conv(x, zx, w, zw, bias=None, mult=None, zy=0, y_dtype=None):
+        ms.check_8bit(op, x=x, w=w)
+        try:
+            kernel = conv_kernel_of(x.shape, w.shape, r, kernel_attr, group)
+            out, head = conv_geometry(x.shape[2:], kernel, strides, dilations, pads, auto_pad)
+        except ValueError as e:
+            raise ValueError(f"{op}: {str(e).split(': ', 1)[-1]}") from None
+        n_img, m_out = x.shape[0], w.shape[0]
+        npx = math.prod(out)
+        zx = int(_scalar(op, "the zero point of x", zx))
+        k3 = pad3(kernel, 1)
+        b_op = b_operand(x.reshape(shape5_of(x.shape, r)), group, k3, pad3(strides, 1), pad3(dilations, 1),
+                         pad3(head, 0), pad3(out, 1), zx)
+        a_op = packed_w.of(w) if packed_w.holds(w) else a_operand(w.reshape(group, m_out // group, -1))
+        y = np.empty((n_img * group, m_out // group, npx), np.int32 if y_dtype is None else y_dtype)
+        y_range = None
+        if y_dtype is not None:
+            info = np.iinfo(y_dtype)
+            y_range = (int(info.min), int(info.max))
+            mult = _per_channel(op, "the scale of w", mult, m_out, group, np.float32)
+        if bias is not None:
+            if bias.shape != (m_out,):
+                raise ValueError(f"{op}: the bias must have shape ({m_out},) (one per output channel), got "
+                                 f"{bias.shape}")
+            bias = bias.reshape(group, m_out // group)
+        integer_gemm(a_op, _per_channel(op, "the zero point of w", zw, m_out, group, np.int64),
+                     b_op, np.full((1, npx), zx), w.shape[1] * math.prod(kernel), y, bias=bias, mult_r=mult, zy=zy,
+                     y_range=y_range)
+        return y.reshape((n_img, m_out) + tuple(out))
+    return conv
+
+
+@register_op("ConvInteger", since=10)
+def build_conv_integer(node):
+    if not _eight_bit(node, (0, 1, 2, 3)) or wanted_outputs(node) != 1 or not _same_elem(node, ((0, 2), (1, 3))):
+        return None
+    conv = _integer_conv(node, "ConvInteger", 1)
+    if conv is None:
+        return None
+    return lambda x, w, zx=None, zw=None: (conv(x, 0 if zx is None else zx, w, 0 if zw is None else zw),)
+
+
+@register_op("QLinearConv", since=10)
+def build_qlinear_conv(node):
+    """y = saturate(rint((conv(x - x_zp, w - w_zp) + B) * x_scale * w_scale / y_scale) + y_zp), w's scale and zero
+    point per tensor or per output channel."""
+    if len(node.inputs) not in (8, 9) or not _eight_bit(node, (0, 2, 3, 5, 7)) \
+            or any(_elem(node, i) not in SCALE_TYPES for i in (1, 4, 6)) or wanted_outputs(node) != 1 \
+            or not _same_elem(node, ((0, 2), (3, 5))) or (_present(node, 8) and _elem(node, 8) != TP.INT32):
+        return None
+    conv = _integer_conv(node, "QLinearConv", 3)
+    if conv is None:
+        return None
+
+    def run(x, x_scale, zx, w, w_scale, zw, y_scale, zy, bias=None):
+        op = "QLinearConv"
+        sx = np.float32(_scalar(op, "x_scale", x_scale))
+        sy = np.float32(_scalar(op, "y_scale", y_scale))
+        mult = sx * np.asarray(w_scale, np.float32) / sy  # float32, in onnxruntime's order
+        return (conv(x, zx, w, zw, bias, mult, int(_scalar(op, "y_zero_point", zy)), zy.dtype),)
+    return run
+
+
+# --- com.microsoft quantized ops (semantics and references: onnxjit.contrib.microsoft.quantized) ----------------
+MS_DOMAIN = "com.microsoft"
+
+
+def _range_of(dtype):
+    info = np.iinfo(dtype)
+    return np.float32(info.min), np.float32(info.max)
+
+
+def _chunks(size):
+    return -(-size // kq.INNER_CHUNK)
+
+
+def _apply_table(x, table):
+    """table[x] (an 8-bit unary op's 256 outputs) on the lookup kernel."""
+    y = np.empty(x.shape, table.dtype)
+    run_units(kq.lookup, (ro(x.view(np.uint8)), ro(table), y), _chunks(x.size), x.size)
+    return y
+
+
+@register_op("QLinearAdd", domain=MS_DOMAIN)
+@register_op("QLinearMul", domain=MS_DOMAIN)
+def build_qlinear_binary(node):
+    op = node.op_type
+    if not _eight_bit(node, (0, 2, 3, 5, 7)) or wanted_outputs(node) != 1:
+        return None
+
+    def run(a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp=None):
+        ms.check_8bit(op, A=a, B=b)
+        if a.dtype != b.dtype:
+            raise ValueError(f"{op}: A is {a.dtype} and B {b.dtype}: they must have one type")
+        dtype = a.dtype
+        lo, hi = _range_of(dtype)
+        za, zb, zc, ra, rb = ms.qlinear_binary_params(op, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp)
+        try:
+            shape = np.broadcast_shapes(a.shape, b.shape)
+        except ValueError:
+            raise ValueError(f"{op}: A of shape {a.shape} and B of shape {b.shape} do not broadcast") from None
+        # each operand is the output's shape or one value; anything else is broadcast into a copy first
+        a, b = (v if v.shape == shape or v.size == 1 else np.broadcast_to(v, shape) for v in (a, b))
+        y = np.empty(shape, dtype)
+        if y.size:
+            run_units(kq.qlinear_binary, (ro(a), ro(b), op == "QLinearMul", za, zb, np.float32(zc), ra, rb, lo, hi,
+                                          y), _chunks(y.size), 4 * y.size)
+        return (y,)
+    return run
+
+
+@register_op("QLinearSigmoid", domain=MS_DOMAIN)
+@register_op("QLinearLeakyRelu", domain=MS_DOMAIN)
+def build_qlinear_unary(node):
+    """The op's 256 outputs computed once per scale and zero point values, then looked up."""
+    op = node.op_type
+    if not _eight_bit(node, (0, 2, 4)) or wanted_outputs(node) != 1:
+        return None
+    fn = ms.sigmoid if op == "QLinearSigmoid" else ms.leaky_relu(float(attr(node, "alpha", 0.01)))
+    tables = {}
+
+    def run(x, x_scale, x_zp=None, y_scale=None, y_zp=None):
+        key = tuple(None if v is None else np.asarray(v).tobytes() for v in (x_scale, x_zp, y_scale, y_zp))
+        table = tables.get(key)
+        if table is None:
+            table = tables[key] = ms.unary_table(op, fn, x, x_scale, x_zp, y_scale, y_zp)
+        return (_apply_table(x, table),)
+    return run
+
+
+@register_op("QLinearGlobalAveragePool", domain=MS_DOMAIN)
+def build_qlinear_global_average_pool(node):
+    op = "QLinearGlobalAveragePool"
+    if not _eight_bit(node, (0, 2, 4)) or wanted_outputs(node) != 1:
+        return None
+    channels_last = bool(attr(node, "channels_last", 0))
+
+    def run(x, x_scale, x_zp, y_scale, y_zp):
+        ms.check_8bit(op, X=x)
+        dtype = x.dtype
+        lo, hi = _range_of(dtype)
+        out_shape = ms.global_average_shape(op, x, channels_last)
+        x3 = x.reshape(x.shape[0], -1, x.shape[-1]) if channels_last else x.reshape(-1, math.prod(x.shape[2:]), 1)
+        size = x3.shape[1]
+        mult = np.float32(ms.scalar(op, "x_scale", x_scale)) / (np.float32(ms.scalar(op, "y_scale", y_scale))
+                                                                * np.float32(size))
+        y = np.empty((x3.shape[0], x3.shape[2]), dtype)
+        if y.size:
+            run_units(kq.average_planes, (ro(x3), int(ms.scalar(op, "x_zero_point", x_zp)), mult,
+                                          np.float32(ms.scalar(op, "y_zero_point", y_zp)), lo, hi, y),
+                      x3.shape[0], x.size)
+        return (y.reshape(out_shape),)
+    return run
+
+
+@register_op("QLinearConcat", domain=MS_DOMAIN)
+def build_qlinear_concat(node):
+    """Inputs whose scale and zero point differ from Y's are requantized through a lookup table, then all are
+    concatenated (numpy's copy)."""
+    n_in = len(node.inputs)
+    if n_in < 5 or (n_in - 2) % 3 or not _eight_bit(node, [1] + list(range(2, n_in, 3)) + list(range(4, n_in, 3))) \
+            or wanted_outputs(node) != 1:
+        return None
+    axis = int(attr(node, "axis", 0))
+
+    def run(y_scale, y_zp, *inputs):
+        op = "QLinearConcat"
+        parts = ms.concat_parts(op, y_scale, y_zp, [inputs[i:i + 3] for i in range(0, len(inputs), 3)])
+        try:
+            return (np.concatenate([x if t is None else _apply_table(x, t) for x, t in parts], axis=axis),)
+        except (ValueError, np.exceptions.AxisError) as e:
+            raise ValueError(f"{op}: the inputs do not concatenate along axis {axis}: {e}") from None
+    return run
+
+
+def _float_output(op, acc, a_scale, b_scale, bias, n):
+    """acc * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul."""
+    b_scale = np.asarray(b_scale)
+    if b_scale.size not in (1, n):
+        raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({n}), got shape {b_scale.shape}")
+    if bias is not None and bias.shape != (n,):
+        raise ValueError(f"{op}: bias must have shape ({n},), got {bias.shape}")
+    return ms.to_float(acc, a_scale, b_scale, bias)
+
+
+@register_op("MatMulIntegerToFloat", domain=MS_DOMAIN)
+def build_matmul_integer_to_float(node):
+    if not _eight_bit(node, (0, 1, 4, 5)) or _elem(node, 2) != TP.FLOAT or wanted_outputs(node) != 1 \
+            or not _same_elem(node, ((0, 4), (1, 5))):
+        return None  # (float16 scales: left to the reference)
+    packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
+
+    def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
+        op = "MatMulIntegerToFloat"
+        acc = integer_matmul(op, a, 0 if a_zp is None else a_zp, b, 0 if b_zp is None else b_zp, packed_b)
+        return (_float_output(op, acc, ms.scalar(op, "a_scale", a_scale), b_scale, bias, b.shape[-1]),)
+    return run
+
+
+@register_op("DynamicQuantizeMatMul", domain=MS_DOMAIN)
+def build_dynamic_quantize_matmul(node):
+    if _elem(node, 0) not in (TP.FLOAT, None) or not _eight_bit(node, (1, 3)) or wanted_outputs(node) != 1 \
+            or not _same_elem(node, ((1, 3),)):
+        return None
+    packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
+    quantize = _quantize_kernel("DynamicQuantizeMatMul", TP.UINT8, True, 1, 0)
+
+    def run(a, b, b_scale, b_zp=None, bias=None):
+        op = "DynamicQuantizeMatMul"
+        if a.dtype != np.float32:
+            raise ValueError(f"{op}: A must be float32, got {a.dtype}")
+        scale, zp = ms.dynamic_quantization(a)
+        qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
+        acc = integer_matmul(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b)
+        return (_float_output(op, acc, scale, b_scale, bias, b.shape[-1]),)
+    return run
+
+
+@register_op("QGemm", domain=MS_DOMAIN)
+def build_qgemm(node):
+    n_in = len(node.inputs)
+    if n_in < 6 or not _eight_bit(node, (0, 2, 3, 5, 8)) or wanted_outputs(node) != 1 \
+            or not _same_elem(node, ((0, 2), (3, 5))) or (_present(node, 6) and _elem(node, 6) != TP.INT32):
+        return None
+    alpha = float(attr(node, "alpha", 1.0))
+    trans_a, trans_b = bool(attr(node, "transA", 0)), bool(attr(node, "transB", 0))
+    const_b = constant_input(node, 3)
+    # B as (K, N): the transposed view where transB, whose packing is made once for a constant B
+    packed_b = ConstantDerived(None if const_b is None else (const_b.T if trans_b else const_b), _as_matrices)
+
+    def run(a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=None):
+        op = "QGemm"
+        if a.ndim != 2 or b.ndim != 2:
+            raise ValueError(f"{op}: A and B must be 2-D, got shapes {a.shape} and {b.shape}")
+        acc = integer_matmul(op, a.T if trans_a else a, ms.scalar(op, "a_zero_point", a_zp), b.T if trans_b else b,
+                             b_zp, packed_b)
+        if c is not None:
+            try:
+                acc += np.broadcast_to(np.asarray(c, np.int32), acc.shape)
+            except ValueError:
+                raise ValueError(f"{op}: C of shape {c.shape} does not broadcast to the output's {acc.shape}") \
+                    from None
+        b_scale = np.asarray(b_scale)
+        if b_scale.size not in (1, acc.shape[1]):
+            raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({acc.shape[1]}), got shape "
+                             f"{b_scale.shape}")
+        mult = ms.qgemm_multiplier(op, alpha, a_scale, b_scale, y_scale)
+        if y_scale is None:
+            return (acc.astype(np.float32) * mult,)
+        y_dtype = np.uint8 if y_zp is None else y_zp.dtype
+        return (ms.requantize(acc, mult, ms.scalar(op, "y_zero_point", y_zp, 0), y_dtype),)
+    return run

@@ -1,0 +1,597 @@
+"""The quantization ops on the CPU provider alone (fallback disabled: a node it refused would raise NotImplemented),
+each against onnxruntime's output: QuantizeLinear / DequantizeLinear per-tensor, per-axis and blocked over each
+integer type (int4 through a Cast, which onnxruntime's Python API cannot hand out), float8 with and without
+saturation, NaN / inf / ties / saturation edges; DynamicQuantizeLinear; MatMulInteger and QLinearMatMul over
+operand signedness, zero points absent / per-tensor / per-column, batches and broadcasting; ConvInteger and
+QLinearConv with groups, strides, pads, dilations, auto_pad, per-channel weights and bias; typed errors naming the
+op; the com.microsoft quantized ops (native kernels and numpy references); models written by onnxruntime's
+quantizer; and the integer dot-product kernel's machine code, its int16 (non-VNNI) layout and its im2col packing."""
+from __future__ import annotations
+
+import math
+import re
+
+import llvmlite.binding as llvm
+import ml_dtypes
+import numba
+import numpy as np
+import onnx
+import pytest
+from conftest import kernel_options, native_session, one_node_model, ort_run
+from onnx import TensorProto as TP
+from onnx import helper, numpy_helper
+
+import onnxjit
+from onnxjit.kernels import quantize as kq
+
+FEATURES = llvm.get_host_cpu_features().flatten().split(",")
+EDGES = np.array([0.0, -0.0, 0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 3.0, -3.0, 254.0, 255.0, 256.0, 300.0, -300.0,
+                  1e10, -1e10, np.nan, np.inf, -np.inf, 7.4, -7.6], np.float32)
+
+
+def _check(model, feeds, view=None):
+    """The CPU provider's outputs equal onnxruntime's: same dtype and shape, values exactly (float8 compared by
+    their bits)."""
+    got = native_session(model).run(None, feeds)
+    want = ort_run(model, feeds)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        w = np.asarray(w)
+        if g.dtype.itemsize == 1 and g.dtype.kind == "V" or g.dtype.name.startswith("float8"):
+            g, w = g.view(np.uint8), w.view(np.uint8)
+        assert g.dtype == w.dtype and g.shape == w.shape, (g.dtype, w.dtype, g.shape, w.shape)
+        np.testing.assert_array_equal(g, w)
+    return got
+
+
+def _rng():
+    return np.random.default_rng(7)
+
+
+# --- QuantizeLinear ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("zp_dtype,zp", [(np.uint8, 3), (np.int8, -2), (np.uint16, 300), (np.int16, -7)])
+def test_quantize_per_tensor_edges(zp_dtype, zp):
+    x = EDGES * np.float32(1 if np.dtype(zp_dtype).itemsize == 1 else 200)
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", np.array(2.0, np.float32), True),
+                                              ("zp", np.array(zp, zp_dtype), True)], 21,
+                           out_types=[helper.np_dtype_to_tensor_dtype(np.dtype(zp_dtype))])
+    _check(model, {"x": x})
+
+
+def test_quantize_without_zero_point_is_uint8_or_output_dtype():
+    x = EDGES
+    _check(one_node_model("QuantizeLinear", [("x", x, False), ("s", np.array(0.5, np.float32), True)], 13,
+                          out_types=[TP.UINT8]), {"x": x})
+    _check(one_node_model("QuantizeLinear", [("x", x, False), ("s", np.array(0.5, np.float32), True)], 21,
+                          out_types=[TP.INT16], output_dtype=TP.INT16), {"x": x})
+
+
+@pytest.mark.parametrize("axis", [1, -1, 0])
+def test_quantize_per_axis(axis):
+    x = (_rng().standard_normal((2, 3, 4)) * 100).astype(np.float32)
+    c = x.shape[axis]
+    scale = np.linspace(0.5, 2.0, c).astype(np.float32)
+    zp = np.arange(c, dtype=np.int8) - 1
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", scale, True), ("zp", zp, True)], 13, axis=axis,
+                           out_types=[TP.INT8])
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("zp_dtype,axis,block", [(np.int8, 1, 2), (np.uint16, 0, 3), (np.uint8, -1, 4)])
+def test_quantize_blocked(zp_dtype, axis, block):
+    x = (_rng().standard_normal((4, 5, 6)) * 50).astype(np.float32)
+    shape = list(x.shape)
+    shape[axis] = -(-shape[axis] // block)
+    scale = _rng().uniform(0.3, 2.0, shape).astype(np.float32)
+    zp = _rng().integers(0, 9, shape).astype(zp_dtype)
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", scale, True), ("zp", zp, True)], 21, axis=axis,
+                           block_size=block, out_types=[helper.np_dtype_to_tensor_dtype(np.dtype(zp_dtype))])
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("to,zp", [(TP.INT4, -1), (TP.UINT4, 3), (TP.INT4, None)])
+def test_quantize_int4(to, zp):
+    """int4 out of QuantizeLinear, seen through a Cast to int8 (onnxruntime's Python API has no int4 arrays)."""
+    x = EDGES[:-5]
+    inits = [helper.make_tensor("s", TP.FLOAT, [], [0.75])]
+    names = ["x", "s"]
+    if zp is not None:
+        inits.append(helper.make_tensor("zp", to, [], [zp]))
+        names.append("zp")
+    nodes = [helper.make_node("QuantizeLinear", names, ["q"], output_dtype=to if zp is None else 0),
+             helper.make_node("Cast", ["q"], ["y"], to=TP.INT8)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info("y", TP.INT8, [x.size])], initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("to,saturate", [(TP.FLOAT8E4M3FN, 1), (TP.FLOAT8E4M3FN, 0), (TP.FLOAT8E5M2, 1),
+                                         (TP.FLOAT8E5M2FNUZ, 0)])
+def test_quantize_float8(to, saturate):
+    """float8 out of QuantizeLinear: e4m3fn compared bit for bit (-0.0, NaN, the saturated ends), the others
+    through a Cast to float (onnxruntime's Python API hands out only e4m3fn)."""
+    x = EDGES * np.float32(300)
+    zp = helper.make_tensor("zp", to, [], [0.0])
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "zp"], ["q" if to != TP.FLOAT8E4M3FN else "y"],
+                              saturate=saturate)]
+    if to != TP.FLOAT8E4M3FN:
+        nodes.append(helper.make_node("Cast", ["q"], ["y"], to=TP.FLOAT))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [x.size])],
+                              [helper.make_tensor_value_info("y", to if to == TP.FLOAT8E4M3FN else TP.FLOAT, [x.size])],
+                              initializer=[helper.make_tensor("s", TP.FLOAT, [], [2.0]), zp])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=10)
+    _check(model, {"x": x})
+
+
+def test_quantize_float16_input():
+    x = (EDGES[:-5] * 3).astype(np.float16)
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", np.array(0.7, np.float16), True),
+                                              ("zp", np.array(5, np.uint8), True)], 19,
+                           out_types=[TP.UINT8])
+    _check(model, {"x": x})
+
+
+@pytest.mark.parametrize("x_t,s_t,precision,block", [(np.float32, np.float16, None, 0),
+                                                      (np.float16, np.float16, None, 3),
+                                                      (np.float32, np.float32, TP.FLOAT16, 0)])
+def test_quantize_precision(x_t, s_t, precision, block):
+    """From opset 23, x / scale is rounded to the precision type (by default the scale's) before rounding to an
+    integer: many random values, so quotients near a half that the float16 rounding moves are among them."""
+    rng = _rng()
+    x = rng.uniform(-12, 12, (50, 6, 7)).astype(x_t)
+    scale = (rng.uniform(0.05, 0.2, (50, 2, 7)) if block else np.array(0.0999)).astype(s_t)
+    zp = np.zeros(scale.shape, np.int8)
+    attrs = {"block_size": block, "axis": 1} if block else {}
+    if precision is not None:
+        attrs["precision"] = precision
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", scale, True), ("zp", zp, True)], 23,
+                           out_types=[TP.INT8], **attrs)
+    _check(model, {"x": x})
+
+
+# --- DequantizeLinear -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype,opset", [(np.uint8, 10), (np.int8, 13), (np.int32, 13), (np.int16, 21),
+                                         (np.uint16, 21)])
+def test_dequantize_per_tensor(dtype, opset):
+    info = np.iinfo(dtype)
+    x = np.array([info.min, info.max, 0, 1, -1 if info.min else 2, 17], dtype)
+    zp = None if dtype == np.int32 else np.array(info.max // 3, dtype)
+    inputs = [("x", x, False), ("s", np.array(0.37, np.float32), True)] + ([("zp", zp, True)] if zp is not None else [])
+    _check(one_node_model("DequantizeLinear", inputs, opset, out_types=[TP.FLOAT]), {"x": x})
+
+
+def test_dequantize_per_axis_and_blocked_float16():
+    x = _rng().integers(-128, 128, (3, 4, 5)).astype(np.int8)
+    scale = np.linspace(0.1, 1.0, 4).astype(np.float32)
+    zp = np.array([-3, 0, 5, 127], np.int8)
+    _check(one_node_model("DequantizeLinear", [("x", x, False), ("s", scale, True), ("zp", zp, True)], 13,
+                          out_types=[TP.FLOAT]), {"x": x})
+    bscale = _rng().uniform(0.1, 2, (3, 4, 2)).astype(np.float16)
+    bzp = _rng().integers(-5, 5, (3, 4, 2)).astype(np.int8)
+    _check(one_node_model("DequantizeLinear", [("x", x, False), ("s", bscale, True), ("zp", bzp, True)], 21, axis=2,
+                          block_size=3, out_types=[TP.FLOAT16]), {"x": x})
+
+
+@pytest.mark.parametrize("dtype,zp", [(ml_dtypes.int4, -3), (ml_dtypes.uint4, 9), (ml_dtypes.float8_e4m3fn, 0.0),
+                                      (ml_dtypes.float8_e5m2, None)])
+def test_dequantize_sub_byte_and_float8(dtype, zp):
+    """int4 / float8 inputs as initializers (onnxruntime cannot be fed them from numpy; it refuses a nonzero float8
+    zero point)."""
+    if dtype in (ml_dtypes.int4, ml_dtypes.uint4):
+        info = ml_dtypes.iinfo(dtype)
+        x = np.arange(int(info.min), int(info.max) + 1).astype(dtype)
+    else:
+        x = np.array([0.0, 1.5, -2.0, 448.0 if dtype == ml_dtypes.float8_e4m3fn else 57344.0, -0.125], dtype)
+    inputs = [("x", x, True), ("s", np.array(1.25, np.float32), True)]
+    if zp is not None:
+        inputs.append(("zp", np.array(zp, dtype), True))
+    _check(one_node_model("DequantizeLinear", inputs, 21, out_types=[TP.FLOAT]), {})
+
+
+# --- DynamicQuantizeLinear --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("values", ["mixed", "positive", "negative", "zeros"])
+def test_dynamic_quantize_linear(values):
+    x = (_rng().standard_normal((3, 7)) * 4).astype(np.float32)
+    x = {"mixed": x, "positive": np.abs(x) + 1, "negative": -np.abs(x) - 2, "zeros": x * 0}[values]
+    model = one_node_model("DynamicQuantizeLinear", [("x", x, False)], 11, n_out=3,
+                           out_types=[TP.UINT8, TP.FLOAT, TP.UINT8])
+    _check(model, {"x": x})
+
+
+# --- MatMulInteger / QLinearMatMul ------------------------------------------------------------------------------
+def _ints(dtype, shape, rng):
+    info = np.iinfo(dtype)
+    return rng.integers(int(info.min), int(info.max) + 1, shape).astype(dtype)
+
+
+@pytest.mark.parametrize("a_t,b_t", [(np.uint8, np.int8), (np.uint8, np.uint8), (np.int8, np.int8),
+                                     (np.int8, np.uint8)])
+@pytest.mark.parametrize("zps", ["none", "scalar", "per-column"])
+def test_matmul_integer(a_t, b_t, zps):
+    rng = _rng()
+    a, b = _ints(a_t, (9, 37), rng), _ints(b_t, (37, 45), rng)
+    inputs = [("a", a, False), ("b", b, True)]
+    if zps != "none":
+        za = np.array(_ints(a_t, (), rng), a_t)
+        zb = _ints(b_t, (45,), rng) if zps == "per-column" else np.array(_ints(b_t, (), rng), b_t)
+        inputs += [("za", za, True), ("zb", zb, True)]
+    if (a_t, b_t) == (np.int8, np.uint8):  # onnxruntime has no int8 x uint8 kernel: exact integer product instead
+        got = native_session(one_node_model("MatMulInteger", inputs, 10, out_types=[TP.INT32])).run(None, {"a": a})[0]
+        za = inputs[2][1] if zps != "none" else 0
+        zb = inputs[3][1] if zps != "none" else 0
+        np.testing.assert_array_equal(got, (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb))
+        return
+    _check(one_node_model("MatMulInteger", inputs, 10, out_types=[TP.INT32]), {"a": a})
+
+
+@pytest.mark.parametrize("a_shape,b_shape,b_const", [((2, 3, 5, 17), (17, 6), True), ((2, 1, 5, 17), (3, 17, 6), False),
+                                                     ((17,), (2, 17, 6), False), ((4, 17), (17,), False)])
+def test_matmul_integer_batches(a_shape, b_shape, b_const):
+    rng = _rng()
+    a, b = _ints(np.uint8, a_shape, rng), _ints(np.int8, b_shape, rng)
+    inputs = [("a", a, False), ("b", b, b_const), ("za", np.array(7, np.uint8), True)]
+    _check(one_node_model("MatMulInteger", inputs, 10, out_types=[TP.INT32]), {"a": a} | ({} if b_const else {"b": b}))
+
+
+@pytest.mark.parametrize("a_shape,b_shape", [((3, 0), (0, 4)), ((0, 5), (5, 4)), ((3, 5), (5, 0))])
+def test_matmul_integer_empty(a_shape, b_shape):
+    a, b = np.full(a_shape, 7, np.uint8), np.ones(b_shape, np.int8)
+    model = one_node_model("MatMulInteger", [("a", a, False), ("b", b, False), ("za", np.array(3, np.uint8), True)],
+                           10, out_types=[TP.INT32])
+    if a_shape[1] == 0:  # onnxruntime leaves this output uninitialized: the exact (empty-sum) product instead
+        got = native_session(model).run(None, {"a": a, "b": b})[0]
+        np.testing.assert_array_equal(got, np.zeros((3, 4), np.int32))
+        return
+    _check(model, {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("a_t,opset,scale_t", [(np.uint8, 10, np.float32), (np.int8, 10, np.float32),
+                                               (np.uint8, 21, np.float16)])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qlinear_matmul(a_t, opset, scale_t, per_column):
+    rng = _rng()
+    a, b = _ints(a_t, (2, 7, 33), rng), _ints(a_t, (33, 19), rng)
+    info = np.iinfo(a_t)
+    b_scale = (rng.uniform(0.01, 0.05, 19) if per_column else np.array(0.03)).astype(scale_t)
+    b_zp = (_ints(a_t, (19,), rng) if per_column else np.array(info.min // 2 + 60)).astype(a_t)
+    inputs = [("a", a, False), ("sa", np.array(0.02, scale_t), True), ("za", np.array(info.max // 2, a_t), True),
+              ("b", b, True), ("sb", b_scale, True), ("zb", b_zp, True), ("sy", np.array(0.9, scale_t), True),
+              ("zy", np.array(info.min + 100, a_t), True)]
+    _check(one_node_model("QLinearMatMul", inputs, opset), {"a": a})
+
+
+# --- ConvInteger / QLinearConv ----------------------------------------------------------------------------------
+CONVS = [  # (x shape, w shape, attributes)
+    ((1, 3, 7, 8), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+    ((2, 4, 9, 9), (6, 2, 3, 2), {"group": 2, "strides": [2, 1], "pads": [0, 1, 1, 0]}),
+    ((1, 4, 8, 8), (4, 1, 3, 3), {"group": 4, "dilations": [2, 2], "pads": [2, 1, 2, 2]}),
+    ((1, 2, 7, 6), (3, 2, 2, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ((2, 3, 11), (5, 3, 4), {"strides": [3], "auto_pad": "SAME_LOWER"}),
+    ((1, 2, 3, 4, 5), (3, 2, 2, 2, 2), {"pads": [1, 0, 1, 0, 1, 0]}),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CONVS)
+def test_conv_integer(x_shape, w_shape, attrs):
+    rng = _rng()
+    x, w = _ints(np.uint8, x_shape, rng), _ints(np.uint8, w_shape, rng)
+    inputs = [("x", x, False), ("w", w, True), ("zx", np.array(131, np.uint8), True),
+              ("zw", np.array(9, np.uint8), True)]
+    _check(one_node_model("ConvInteger", inputs, 10, out_types=[TP.INT32], **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", CONVS[:5])
+@pytest.mark.parametrize("x_t,w_t,per_channel", [(np.uint8, np.int8, True), (np.uint8, np.uint8, False),
+                                                 (np.int8, np.int8, False)])
+def test_qlinear_conv(x_shape, w_shape, attrs, x_t, w_t, per_channel):
+    rng = _rng()
+    x, w = _ints(x_t, x_shape, rng), _ints(w_t, w_shape, rng)
+    m = w_shape[0]
+    w_scale = (rng.uniform(0.002, 0.01, m) if per_channel else np.array(0.005)).astype(np.float32)
+    w_zp = np.zeros(m, w_t) if per_channel else np.array(np.iinfo(w_t).max // 2 - 5, w_t)
+    xi, yi = np.iinfo(x_t), np.iinfo(x_t)
+    inputs = [("x", x, False), ("sx", np.array(0.05, np.float32), True), ("zx", np.array(xi.max // 2, x_t), True),
+              ("w", w, True), ("sw", w_scale, True), ("zw", w_zp, True), ("sy", np.array(0.4, np.float32), True),
+              ("zy", np.array(yi.min + 120, x_t), True), ("bias", rng.integers(-3000, 3000, m).astype(np.int32), True)]
+    _check(one_node_model("QLinearConv", inputs, 10, **attrs), {"x": x})
+
+
+# --- errors -----------------------------------------------------------------------------------------------------
+def test_mismatched_scale_is_a_typed_error_naming_the_op():
+    x = np.zeros((2, 3), np.float32)
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", np.ones(4, np.float32), False)], 13)
+    with pytest.raises(onnxjit.RuntimeException, match=r"QuantizeLinear.*per-axis scale of 4 values"):
+        native_session(model).run(None, {"x": x, "s": np.ones(4, np.float32)})
+    model = one_node_model("DequantizeLinear",
+                           [("x", x.astype(np.int8), False), ("s", np.ones((2, 3), np.float32), True)],
+                           21, block_size=2, out_types=[TP.FLOAT])
+    with pytest.raises(onnxjit.RuntimeException, match=r"DequantizeLinear.*block_size=2 the scale must have shape"):
+        native_session(model).run(None, {"x": x.astype(np.int8)})
+
+
+def test_bad_shapes_name_the_op():
+    a = np.zeros((3, 5), np.uint8)
+    model = one_node_model("MatMulInteger", [("a", a, False), ("b", np.zeros((4, 2), np.uint8), False)], 10,
+                           out_types=[TP.INT32])
+    for vi, dims in zip(model.graph.input, (["m", "k"], ["kb", "n"])):  # shapes only known at run time
+        vi.CopyFrom(helper.make_tensor_value_info(vi.name, TP.UINT8, dims))
+    with pytest.raises(onnxjit.RuntimeException, match=r"MatMulInteger.*do not multiply"):
+        native_session(model).run(None, {"a": a, "b": np.zeros((4, 2), np.uint8)})
+    x = np.zeros((1, 2, 4, 4), np.uint8)
+    inputs = [("x", x, False), ("sx", np.array(1.0, np.float32), True), ("zx", np.array(0, np.uint8), True),
+              ("w", np.zeros((3, 2, 1, 1), np.uint8), True), ("sw", np.ones(2, np.float32), True),
+              ("zw", np.array(0, np.uint8), True), ("sy", np.array(1.0, np.float32), True),
+              ("zy", np.array(0, np.uint8), True)]
+    with pytest.raises(onnxjit.RuntimeException, match=r"QLinearConv.*scale of w.*3 values"):
+        native_session(one_node_model("QLinearConv", inputs, 10)).run(None, {"x": x})
+
+
+def test_unsupported_types_are_refused_by_name():
+    """A node of types outside the op's (an int8 x into QuantizeLinear) is not taken: with the fallback disabled,
+    session creation names the op."""
+    x = np.zeros(3, np.int8)
+    model = one_node_model("QuantizeLinear", [("x", x, False), ("s", np.array(1.0, np.float32), True)], 13,
+                           out_types=[TP.UINT8])
+    with pytest.raises(onnxjit.NotImplemented, match="QuantizeLinear"):
+        onnxjit.InferenceSession(model.SerializeToString(), kernel_options(), providers=["CPUExecutionProvider"])
+
+
+# --- the integer dot product ------------------------------------------------------------------------------------
+def _gemm_by_kernel(igemm, a, b, dot_types):
+    """a (M, K) @ b (K, N) through pack_columns and `igemm` (kernels.quantize.igemm's code) with the given operand
+    types (the VNNI bytes or the int16 pairs), both operands as stored already (no offsets)."""
+    at_type, bt_type, word = dot_types
+    m, k = a.shape
+    n = b.shape[1]
+    kp = -(-k // word) * word
+    at = np.zeros((1, m, kp), at_type)
+    at[0, :, :k] = a
+    panels = -(-n // kq.NR)
+    bp = np.empty((1, panels, kp * kq.NR), bt_type)
+    colsum = np.empty((1, n), np.int32)
+    kq.pack_columns(b.reshape(1, k, 1, 1, n), 0, 1, (1, 1, 1), (1, 1, 1), (1, 1, 1), (1, 1, n), kp, bp, colsum, 0,
+                    panels)
+    out = np.empty((1, m, n), np.int32)
+    zeros_m, zeros_n = np.zeros((1, m), np.int32), np.zeros((1, n), np.int32)
+    igemm(at, bp, zeros_m, zeros_m, zeros_n, zeros_n, zeros_m, np.ones((1, m), np.float32),
+             np.ones((1, n), np.float32), False, 0, np.float32(0), np.float32(0), out, 0, panels * -(-m // kq.MR))
+    return out[0]
+
+
+@pytest.mark.skipif("+avx2" not in FEATURES, reason="checks x86 AVX2 / AVX-512 machine code")
+def test_integer_dot_product_instructions():
+    """Both operand layouts give the exact product and compile to the CPU's integer dot-product instructions:
+    vpdpbusd for bytes (the layout used where the CPU has VNNI), vpmaddwd (vpdpwssd with VNNI) for int16 pairs
+    (the layout used elsewhere)."""
+    rng = _rng()
+    a, b = rng.integers(0, 256, (6, 23)), rng.integers(-128, 128, (23, 40))
+    want = a @ b
+    # int16 pairs: vpmaddwd and an add, which LLVM fuses into VNNI's vpdpwssd where the CPU has it
+    layouts = [((np.int16, np.int16, 2), "vpdpwssd" if kq.HAS_VNNI else "vpmaddwd")]
+    if kq.HAS_VNNI:
+        layouts.append(((np.uint8, np.int8, 4), "vpdpbusd"))
+    for dot_types, instruction in layouts:
+        igemm = numba.njit(nogil=True)(kq.igemm.py_func)  # compiled here: cached code cannot be inspected
+        np.testing.assert_array_equal(_gemm_by_kernel(igemm, a.astype(dot_types[0]), b.astype(dot_types[1]),
+                                                      dot_types), want)
+        asm = igemm.inspect_asm(igemm.signatures[0])
+        assert re.search(rf"\b{instruction}\b", asm), f"no {instruction} in igemm for {dot_types}"
+    assert kq.DOT_TYPES[2] == (4 if kq.HAS_VNNI else 2)
+
+
+# --- com.microsoft quantized ops: the references (fallback provider) and the native kernels ---------------------
+MS = "com.microsoft"
+
+
+def _ms_model(op, inputs, out_type, **attrs):
+    """One com.microsoft node over `inputs` [(name, array or None, is_initializer)] with one output y."""
+    names, vis, inits = [], [], []
+    for name, arr, is_init in inputs:
+        names.append(name if arr is not None else "")
+        if arr is not None and is_init:
+            inits.append(numpy_helper.from_array(arr, name))
+        elif arr is not None:
+            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(arr.dtype), arr.shape))
+    graph = helper.make_graph([helper.make_node(op, names, ["y"], domain=MS, **attrs)], "g", vis,
+                              [helper.make_tensor_value_info("y", out_type, None)], initializer=inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)],
+                             ir_version=10)
+
+
+def _check_both(model, feeds):
+    """The native kernels (CPU provider, fallback disabled) and the numpy reference (fallback provider alone) both
+    give onnxruntime's output exactly."""
+    _check(model, feeds)
+    reference = onnxjit.InferenceSession(model.SerializeToString(), providers=["FallbackExecutionProvider"])
+    assert [s.provider for s in reference._compiled.steps] == ["FallbackExecutionProvider"]
+    want = ort_run(model, feeds)[0]
+    got = reference.run(None, feeds)[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def _scalars(dtype, **values):
+    return {k: np.array(v, np.float32 if isinstance(v, float) else dtype) for k, v in values.items()}
+
+
+@pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("dtype,shapes", [(np.uint8, ((3, 4, 50), (4, 50))), (np.int8, ((2, 1, 5), (3, 1))),
+                                          (np.uint8, ((7,), ()))])
+def test_qlinear_add_mul(op, dtype, shapes):
+    rng = _rng()
+    a, b = _ints(dtype, shapes[0], rng), _ints(dtype, shapes[1], rng)
+    lo = int(np.iinfo(dtype).min)
+    p = _scalars(dtype, sa=0.05, za=lo + 100, sb=0.03, zb=lo + 120, sc=0.07 if op == "QLinearAdd" else 0.9,
+                 zc=lo + 128)
+    inputs = [("a", a, False), ("sa", p["sa"], True), ("za", p["za"], True), ("b", b, False), ("sb", p["sb"], True),
+              ("zb", p["zb"], True), ("sc", p["sc"], True), ("zc", p["zc"], True)]
+    _check_both(_ms_model(op, inputs, helper.np_dtype_to_tensor_dtype(np.dtype(dtype))), {"a": a, "b": b})
+
+
+@pytest.mark.parametrize("op,attrs", [("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1})])
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_unary(op, attrs, dtype):
+    info = np.iinfo(dtype)
+    x = np.arange(info.min, info.max + 1).astype(dtype).reshape(4, 64)  # every value
+    p = _scalars(dtype, sx=0.05, zx=int(info.min) + 130, sy=1 / 256 if op == "QLinearSigmoid" else 0.04,
+                 zy=int(info.min))
+    inputs = [("x", x, False), ("sx", p["sx"], True), ("zx", p["zx"], True), ("sy", p["sy"], True),
+              ("zy", p["zy"], True)]
+    _check_both(_ms_model(op, inputs, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("dtype,channels_last", [(np.uint8, 0), (np.int8, 1), (np.uint8, 1)])
+def test_qlinear_global_average_pool(dtype, channels_last):
+    x = _ints(dtype, (2, 5, 7, 3), _rng())
+    lo = int(np.iinfo(dtype).min)
+    p = _scalars(dtype, sx=0.05, zx=lo + 130, sy=0.03, zy=lo + 10)
+    inputs = [("x", x, False)] + [(k, p[k], True) for k in ("sx", "zx", "sy", "zy")]
+    _check_both(_ms_model("QLinearGlobalAveragePool", inputs, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+                          channels_last=channels_last), {"x": x})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_qlinear_concat(dtype):
+    rng = _rng()
+    x1, x2, x3 = _ints(dtype, (2, 3, 4), rng), _ints(dtype, (2, 5, 4), rng), _ints(dtype, (2, 1, 4), rng)
+    lo = int(np.iinfo(dtype).min)
+    p = _scalars(dtype, sy=0.05, zy=lo + 128, s2=0.08, z2=lo + 100, s3=0.01, z3=lo + 3)
+    inputs = [("sy", p["sy"], True), ("zy", p["zy"], True), ("x1", x1, False), ("s1", p["sy"], True),
+              ("z1", p["zy"], True), ("x2", x2, False), ("s2", p["s2"], True), ("z2", p["z2"], True),
+              ("x3", x3, False), ("s3", p["s3"], True), ("z3", p["z3"], True)]
+    _check_both(_ms_model("QLinearConcat", inputs, helper.np_dtype_to_tensor_dtype(np.dtype(dtype)), axis=1),
+                {"x1": x1, "x2": x2, "x3": x3})
+
+
+@pytest.mark.parametrize("quantized_output", [False, True])
+@pytest.mark.parametrize("per_column,trans_b", [(False, 0), (True, 1)])
+def test_qgemm(quantized_output, per_column, trans_b):
+    rng = _rng()
+    a, b = _ints(np.uint8, (6, 33), rng), _ints(np.int8, (33, 10), rng)
+    b_scale = rng.uniform(0.01, 0.03, 10).astype(np.float32) if per_column else np.array(0.02, np.float32)
+    b_zp = np.zeros(10, np.int8) if per_column else np.array(3, np.int8)
+    inputs = [("a", a, False), ("sa", np.array(0.05, np.float32), True), ("za", np.array(128, np.uint8), True),
+              ("b", np.ascontiguousarray(b.T) if trans_b else b, True), ("sb", b_scale, True), ("zb", b_zp, True),
+              ("c", rng.integers(-5000, 5000, (10,)).astype(np.int32), True)]
+    if quantized_output:
+        inputs += [("sy", np.array(0.5, np.float32), True), ("zy", np.array(100, np.uint8), True)]
+    _check_both(_ms_model("QGemm", inputs, TP.UINT8 if quantized_output else TP.FLOAT, alpha=1.5, transB=trans_b),
+                {"a": a})
+
+
+def test_matmul_integer_to_float_and_dynamic_quantize_matmul():
+    rng = _rng()
+    b = _ints(np.int8, (33, 10), rng)
+    bias = rng.standard_normal(10).astype(np.float32)
+    b_scale = rng.uniform(0.01, 0.03, 10).astype(np.float32)
+    a = _ints(np.uint8, (2, 6, 33), rng)
+    inputs = [("a", a, False), ("b", b, True), ("sa", np.array(0.05, np.float32), True), ("sb", b_scale, True),
+              ("za", np.array(128, np.uint8), True), ("zb", np.array(3, np.int8), True), ("bias", bias, True)]
+    _check_both(_ms_model("MatMulIntegerToFloat", inputs, TP.FLOAT), {"a": a})
+    af = rng.standard_normal((2, 6, 33)).astype(np.float32)
+    inputs = [("a", af, False), ("b", b, True), ("sb", b_scale, True), ("zb", np.zeros(10, np.int8), True),
+              ("bias", bias, True)]
+    _check_both(_ms_model("DynamicQuantizeMatMul", inputs, TP.FLOAT), {"a": af})
+
+
+def test_contrib_bad_inputs_name_the_op():
+    a = np.zeros((2, 3), np.uint8)
+    inputs = [("a", a, False), ("sa", np.ones(2, np.float32), False), ("za", np.array(0, np.uint8), True),
+              ("b", a, False), ("sb", np.array(1.0, np.float32), True), ("zb", np.array(0, np.uint8), True),
+              ("sc", np.array(1.0, np.float32), True)]
+    model = _ms_model("QLinearAdd", inputs, TP.UINT8)
+    with pytest.raises(onnxjit.RuntimeException, match=r"QLinearAdd.*A_scale must be a scalar"):
+        native_session(model).run(None, {"a": a, "sa": np.ones(2, np.float32), "b": a})
+    b = np.zeros((4, 5), np.int8)
+    inputs = [("a", a, False), ("b", b, True), ("sa", np.array(1.0, np.float32), True),
+              ("sb", np.ones(3, np.float32), True)]
+    with pytest.raises(onnxjit.RuntimeException, match=r"MatMulIntegerToFloat.*do not multiply"):
+        native_session(_ms_model("MatMulIntegerToFloat", inputs, TP.FLOAT)).run(None, {"a": a})
+
+
+# --- models written by onnxruntime's quantizer ------------------------------------------------------------------
+def _small_convnet(rng):
+    def weight(name, shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) * 0.3).astype(np.float32), name)
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], group=2),
+             helper.make_node("Add", ["c2", "r1"], ["s"]), helper.make_node("Sigmoid", ["s"], ["sg"]),
+             helper.make_node("Mul", ["sg", "s"], ["m"]), helper.make_node("GlobalAveragePool", ["m"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TP.FLOAT, [2, 5])],
+                              initializer=[weight("w1", (8, 3, 3, 3)), weight("b1", (8,)), weight("w2", (8, 4, 3, 3)),
+                                           weight("b2", (8,)), weight("w3", (5, 8)), weight("b3", (5,))])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+QUANTIZATION_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
+                    "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
+                    "QLinearGlobalAveragePool"}
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("how", ["static-qoperator", "static-qdq", "dynamic"])
+def test_models_quantized_by_onnxruntime(how, tmp_path):
+    """A small convnet quantized by onnxruntime.quantization runs as on onnxruntime, bit for bit, every quantization
+    node on the CPU provider (the Flatten of a com.microsoft op's output, whose type inference does not know,
+    may fall back)."""
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_dynamic,
+        quantize_static,
+    )
+    rng = _rng()
+    float_path, quant_path = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    onnx.save(_small_convnet(rng), float_path)
+    batches = [{"x": rng.standard_normal((2, 3, 8, 8)).astype(np.float32)} for _ in range(3)]
+
+    class Batches(CalibrationDataReader):
+        def __init__(self):
+            self.it = iter(batches)
+
+        def get_next(self):
+            return next(self.it, None)
+
+    if how == "dynamic":
+        quantize_dynamic(float_path, quant_path, weight_type=QuantType.QInt8)
+    else:
+        quantize_static(float_path, quant_path, Batches(), per_channel=True, weight_type=QuantType.QInt8,
+                        quant_format=QuantFormat.QOperator if how == "static-qoperator" else QuantFormat.QDQ)
+    x = rng.standard_normal((2, 3, 8, 8)).astype(np.float32)
+    sess = onnxjit.InferenceSession(str(quant_path), providers=["CPUExecutionProvider"])
+    ran = {(n.op_type, s.provider) for s in sess._compiled.steps for n in s.nodes}
+    written = {n.op_type for n in onnx.load(quant_path).graph.node} & QUANTIZATION_OPS
+    assert len(written) >= 2 and {op for op, _ in ran if op in QUANTIZATION_OPS} == written, ran
+    assert all(provider == "CPUExecutionProvider" for op, provider in ran if op in QUANTIZATION_OPS), ran
+    got = sess.run(None, {"x": x})[0]
+    want = ort_run(onnx.load(quant_path), {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dot_types", [(np.uint8, np.int8, 4), (np.int16, np.int16, 2)])
+@pytest.mark.parametrize("k,s,d", [((1, 3, 2), (1, 2, 1), (1, 1, 2)), ((2, 1, 1), (1, 1, 1), (1, 1, 1))])
+def test_pack_columns_is_im2col(dot_types, k, s, d):
+    """pack_columns' panels, unpacked, are the im2col matrix (x - offset, rows channel-major taps, columns output
+    pixels) and its column sums, in both operand layouts, over strides, dilations and pixel runs that cross output
+    rows (the convolutions' B operand)."""
+    x = _ints(np.uint8, (2, 3, 3, 9, 11), _rng())
+    group, offset = 1, 128
+    out_sizes = tuple((n - (kn - 1) * dl - 1) // st + 1 for n, kn, st, dl in zip(x.shape[2:], k, s, d))
+    kk, npx, word = 3 * math.prod(k), math.prod(out_sizes), dot_types[2]
+    kp, panels = -(-kk // word) * word, -(-npx // kq.NR)
+    bp = np.empty((2, panels, kp * kq.NR), dot_types[1])
+    colsum = np.zeros((2, npx), np.int32)
+    kq.pack_columns(x, offset, group, k, s, d, out_sizes, kp, bp, colsum, 0, 2 * panels)
+    unpacked = bp.reshape(2, panels, kp // word, kq.NR, word).transpose(0, 2, 4, 1, 3).reshape(2, kp, -1)
+    for img in range(2):
+        want = np.array([[int(x[img, c, i * s[0] + a * d[0], h * s[1] + b * d[1], w * s[2] + e * d[2]]) - offset
+                          for i, h, w in np.ndindex(*out_sizes)]
+                         for c, a, b, e in np.ndindex(3, *k)])
+        np.testing.assert_array_equal(unpacked[img, :kk, :npx], want)
+        np.testing.assert_array_equal(unpacked[img, kk:], 0)
+        np.testing.assert_array_equal(colsum[img], want.sum(axis=0))
