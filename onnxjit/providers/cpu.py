@@ -9,7 +9,6 @@ builds. Control flow runs here too, as in onnxruntime.
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -26,6 +25,7 @@ from onnxjit.ir.graph import Graph, Node
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
 from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
+from onnxjit.progress import progress_bar
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.providers.placement import place_concat_inputs
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
@@ -152,17 +152,14 @@ class CPUExecutionProvider(ExecutionProvider):
     def _precompile(self, static: list[tuple[Step, list]]) -> None:
         """Compile (or load from the artifact cache) the kernels whose shapes are known now, with a progress bar
         on a terminal when it takes a while; the rest compile when a run first meets their shapes."""
-        show = self.session_config.get(SHOW_PROGRESS_KEY, "1") != "0" and sys.stderr.isatty()
-        if not show or not static:  # no bar: tqdm's import (35 ms) is paid only where one shows
-            for step, sig in static:
-                step.bind(sig)
-            return
-        from tqdm import tqdm
-        with tqdm(total=len(static), desc="onnxjit: compiling kernels", unit="kernel", delay=1.0,
-                  leave=False) as bar:
+        bar = progress_bar(self.session_config.get(SHOW_PROGRESS_KEY, "1") != "0" and bool(static), len(static),
+                           "onnxjit: compiling kernels", "kernel")
+        try:
             for step, sig in static:
                 step.bind(sig)
                 bar.update(1)
+        finally:
+            bar.close()
 
     def _group_step(self, group: Group, outputs: list[str]) -> Step:
         info = KernelInfo(f"group{len(self.kernel_infos)}", self.name,
