@@ -347,6 +347,9 @@ class WorkerPool:
         self._cond = threading.Condition()
         self._busy = threading.Lock()
         self._grow_lock = threading.Lock()
+        self._pins: dict[int, tuple[int, int]] = {}  # pinned worker k -> (native thread id, core)
+        self._cores: list[int] = []  # the cores the workers may be pinned to
+        self._pins_lock = threading.Lock()
         per_pause = self._seconds_per_pause()
         self._spin_polls = max(1, int(SPIN_SECONDS / per_pause))
         self._yield_every = max(1, int(YIELD_SECONDS / per_pause))
@@ -367,7 +370,12 @@ class WorkerPool:
                                  daemon=True).start()
 
     def _work(self, k: int) -> None:
-        affinity.pin_this_thread_as_worker(k)
+        cores = affinity.allowed_cores()  # the mask this thread inherited: the cores the workers may use
+        core = affinity.pin_this_thread_as_worker(k)
+        if core is not None:
+            with self._pins_lock:
+                self._cores = cores
+                self._pins[k] = (threading.get_native_id(), core)
         state = self._state
         seen = int(state[_CLAIM]) >> 32
         while True:
@@ -377,6 +385,25 @@ class WorkerPool:
                 self._sleepers += 1
                 self._cond.wait_for(lambda w=wakes, s=seen: self._wakes != w or int(state[_CLAIM]) >> 32 != s)
                 self._sleepers -= 1
+
+    def step_aside(self, caller: int) -> None:
+        """Move a worker pinned to core `caller` (the core a run's caller is on) to a core with fewer workers
+        (onnxjit.affinity: the caller's thread is never moved)."""
+        if not self._pins or not self._pins_lock.acquire(blocking=False):
+            return
+        try:
+            here = [k for k, (_, core) in self._pins.items() if core == caller]
+            if not here:
+                return
+            target = affinity.core_to_step_aside_to(caller, [core for _, core in self._pins.values()], self._cores)
+            if target is not None:
+                tid = self._pins[here[0]][0]
+                affinity.pin_thread(tid, target)
+                self._pins[here[0]] = (tid, target)
+        except OSError:  # the thread is gone, or the core no longer allowed: leave the pins as they are
+            pass
+        finally:
+            self._pins_lock.release()
 
     def run(self, kernel, args, n_units: int, threads: int, found=None) -> None:
         """kernel(*args, u0, u1) over [0, n_units) in `threads` shares; `found`: _launcher's answer for these
@@ -416,6 +443,16 @@ def _the_pool() -> WorkerPool:
             if _pool is None:
                 _pool = WorkerPool()
     return _pool
+
+
+def keep_workers_off_this_core() -> None:
+    """At a run's start: if a pinned worker shares the calling thread's core, move the worker (WorkerPool.step_aside).
+    A global check and a sched_getcpu call (under 1 us); nothing before the pool exists."""
+    pool = _pool
+    if pool is not None and pool._pins:
+        cpu = affinity.current_cpu()
+        if cpu is not None:
+            pool.step_aside(cpu)
 
 
 def thread_count() -> int:

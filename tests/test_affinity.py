@@ -74,3 +74,53 @@ def test_pinning_off_when_asked_or_when_the_user_places_openmp_threads(env):
 
 def test_core_of_worker_wraps_over_the_allowed_cores():
     assert [affinity.core_of_worker(k, [2, 5]) for k in range(4)] == [2, 5, 2, 5]
+
+
+STEP_ASIDE_CHILD = r"""
+import json, os, time
+from numba import njit
+from onnxjit import worker_pool
+from onnxjit.ops.nn import run_units
+
+@njit(nogil=True)
+def noop(u0, u1):
+    pass
+
+for _ in range(2):  # starts onnxjit's pool and its pinned worker
+    run_units(noop, (), 16, 1 << 30)
+for _ in range(100):
+    if worker_pool._pool._pins:
+        break
+    time.sleep(0.01)
+(k, (tid, core)), = worker_pool._pool._pins.items()
+os.sched_setaffinity(0, {core})  # here the test puts the caller on the worker's core (the library never pins it)
+worker_pool.keep_workers_off_this_core()
+after = sorted(os.sched_getaffinity(tid))
+run_units(noop, (), 16, 1 << 30)  # the pool still runs jobs
+print(json.dumps({"worker_core": core, "worker_after": after, "caller": sorted(os.sched_getaffinity(0)),
+                  "pins": {str(k): v for k, v in worker_pool._pool._pins.items()}}))
+"""
+
+
+def test_a_worker_on_the_callers_core_steps_aside():
+    """A run whose calling thread finds itself on a pinned worker's core moves the worker to the other core (two
+    threads on one core ran every parallel kernel at half speed until the scheduler moved the caller)."""
+    cores = affinity.allowed_cores()
+    if len(cores) < 2:  # no pinning on one core: the pool has no pins to move
+        assert not affinity.pinning_enabled()
+        return
+    env = {k: v for k, v in os.environ.items() if k not in affinity.USER_PLACEMENT_VARIABLES}
+    env.pop("ONNXJIT_PIN_THREADS", None)
+    out = subprocess.run([sys.executable, "-c", STEP_ASIDE_CHILD], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["caller"] == [got["worker_core"]]
+    assert len(got["worker_after"]) == 1 and got["worker_after"][0] != got["worker_core"], got
+    assert list(got["pins"].values())[0][1] == got["worker_after"][0]
+
+
+def test_core_to_step_aside_to_picks_the_least_loaded_other_core():
+    assert affinity.core_to_step_aside_to(1, [1], [0, 1]) == 0
+    assert affinity.core_to_step_aside_to(2, [1, 2, 3], [0, 1, 2, 3]) == 0
+    assert affinity.core_to_step_aside_to(1, [0, 1], [0, 1]) is None  # every core has a worker: nowhere better

@@ -24,7 +24,7 @@ from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionPro
 from onnxjit.session.executor import CompiledGraph
 from onnxjit.session.iobinding import IOBinding, OrtValue, is_device_value
 from onnxjit.session.loader import check_versions, checker_complaint, load_model_proto
-from onnxjit.worker_pool import thread_count
+from onnxjit.worker_pool import keep_workers_off_this_core, thread_count
 from onnxjit.optimizer import OptimizationReport, OptimizerError, optimize
 from onnxjit.session.options import GraphOptimizationLevel, RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
@@ -236,6 +236,8 @@ class InferenceSession:
                     feeds[name] = copy_to_host(feeds[name])
         if self._threads > 0:
             _set_num_threads(self._threads)
+        if self._threads != 1:
+            keep_workers_off_this_core()
         should_stop = (lambda: run_options.terminate) if run_options is not None else None
         profile = [] if self._profile is not None else None
         first_run = None
