@@ -724,3 +724,13 @@ def test_gemm_few_rows_equal_weight_rows_give_equal_outputs(trans_b):
     so = kernel_options()
     y = onnxjit.InferenceSession(m.SerializeToString(), so).run(None, {"x": x})[0]
     assert np.unique(y).size == 1
+
+
+def test_weight_preparation_matmul_in_blocks_equals_one_product(rng):
+    """kernels.linalg.matmul_on_this_thread (numpy's OpenBLAS kept on the calling thread, in blocks of columns
+    below its threading threshold) gives the one product's result: Winograd's weight transform uses it."""
+    from onnxjit.kernels.linalg import BLAS_SERIAL_WORK, matmul_on_this_thread
+    a = rng.standard_normal((36, 9))
+    for n in (5, BLAS_SERIAL_WORK // (36 * 9), BLAS_SERIAL_WORK // (36 * 9) * 3 + 7):
+        b = rng.standard_normal((9, n))
+        np.testing.assert_allclose(matmul_on_this_thread(a, b), a @ b, rtol=1e-12, atol=1e-12)

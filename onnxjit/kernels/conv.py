@@ -37,7 +37,7 @@ from numba.core.extending import overload
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
-from onnxjit.kernels.linalg import IDENTITY, activate, register_clamp
+from onnxjit.kernels.linalg import IDENTITY, activate, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
                                          scratch_size, store_rows, tile_at_offsets)
 from onnxjit.kernels.simd import LANES, into_window, to_planes, vclamp, vfma, vload, vsplat, vstore
@@ -956,7 +956,7 @@ def winograd_weights(w, dtype):
     GEMM of kron(G, G) (36 x 9) by the kernels as columns (an einsum took 0.35 s for 512 x 512 kernels, 7x
     longer, of a warm process's session creation)."""
     m, c = w.shape[0], w.shape[1]
-    u = np.kron(WINOGRAD_G, WINOGRAD_G) @ w.reshape(m * c, 9).T.astype(np.float64)
+    u = matmul_on_this_thread(np.kron(WINOGRAD_G, WINOGRAD_G), w.reshape(m * c, 9).T.astype(np.float64))
     return np.ascontiguousarray(u.reshape(36, m, c).astype(dtype))
 
 

@@ -350,6 +350,20 @@ single_threaded_blas = blas_threads(1)
 BLAS_SERIAL_WORK = 1 << 18
 
 
+def matmul_on_this_thread(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """numpy's a @ b (2-D) in blocks of b's columns small enough (BLAS_SERIAL_WORK) that numpy's OpenBLAS runs each
+    on the calling thread: once woken, its threads spin about 0.1 s on the other cores, where onnxjit's pinned
+    workers then share theirs (a squeezenet's first 7-10 runs took 1.6-2x as long after the Winograd weights'
+    transform woke them). For the small products of weight preparation, not for real GEMMs."""
+    cols = max(1, BLAS_SERIAL_WORK // max(1, a.shape[0] * a.shape[1]))
+    if b.shape[1] <= cols:
+        return a @ b
+    out = np.empty((a.shape[0], b.shape[1]), dtype=np.result_type(a, b))
+    for j in range(0, b.shape[1], cols):
+        np.matmul(a, b[:, j:j + cols], out=out[:, j:j + cols])
+    return out
+
+
 def single_threaded_blas_for(work):
     """`single_threaded_blas` around a job of `work` multiply-adds (or more) in BLAS calls, or no context where
     the job is too small for BLAS to start its threads."""
