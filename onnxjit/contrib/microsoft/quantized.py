@@ -9,6 +9,8 @@ them natively on the CPU provider with these same formulas and helpers).
   QLinearGlobalAveragePool(X, x_scale, x_zp, y_scale, y_zp; channels_last 0) -> the mean over the spatial dims,
       Y = rint((sum(X) - x_zp * S) * (x_scale / (y_scale * S))) + y_zp, S the spatial size; (N, C, 1...) or
       (N, 1..., C) with channels_last
+  QLinearAveragePool(X, x_scale, x_zp?, y_scale, y_zp?; AveragePool's attributes, channels_last 0) ->
+      Y = quantize(AveragePool(dequantize(X)))
   QLinearConcat(Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...; axis) -> Y: each input requantized to Y's scale
       and zero point (copied where they are its own), then concatenated along axis
   QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?; alpha 1, transA 0, transB 0) ->
@@ -157,6 +159,37 @@ class QLinearGlobalAveragePool(OpRun):
         mult = np.float32(scalar(op, "x_scale", x_scale)) / (np.float32(scalar(op, "y_scale", y_scale))
                                                              * np.float32(size))
         return (requantize(acc, mult, scalar(op, "y_zero_point", y_zp), x.dtype).reshape(out_shape),)
+
+
+def average_pool(x: np.ndarray, **attrs) -> np.ndarray:
+    """ai.onnx AveragePool-19 of the NCHW float array x (onnx.reference's), with the given attributes."""
+    from onnx import helper
+    from onnx.reference.ops import load_op
+    node = helper.make_node("AveragePool", ["x"], ["y"], **{k: v for k, v in attrs.items() if v is not None})
+    cls = load_op("", "AveragePool", 19)
+    return cls(node, {"log": lambda *a: None, "opsets": {"": 19}, "verbose": 0, "new_ops": {}}).run(x)[0]
+
+
+@reference_op
+class QLinearAveragePool(OpRun):
+    """QLinearAveragePool(X, x_scale, x_zero_point?, y_scale, y_zero_point?; AveragePool's attributes and
+    channels_last 0) -> Y = quantize(AveragePool(dequantize(X))), NCHW or (channels_last) NHWC."""
+
+    def _run(self, x, x_scale, x_zp=None, y_scale=None, y_zp=None, auto_pad=None, ceil_mode=None, channels_last=0,
+             count_include_pad=None, kernel_shape=None, pads=None, strides=None):
+        op = "QLinearAveragePool"
+        check_8bit(op, X=x)
+        if x.ndim < 3:
+            raise ValueError(f"{op}: X must have rank >= 3 (N, C, spatial...), got shape {x.shape}")
+        f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
+            np.float32(scalar(op, "x_scale", x_scale))
+        if channels_last:
+            f = np.moveaxis(f, -1, 1)
+        avg = average_pool(f, auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                           kernel_shape=kernel_shape, pads=pads, strides=strides).astype(np.float32)
+        y = saturate(np.rint(avg / np.float32(scalar(op, "y_scale", y_scale)))
+                     + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
+        return (np.ascontiguousarray(np.moveaxis(y, 1, -1) if channels_last else y),)
 
 
 def concat_parts(op, y_scale, y_zp, triples):
