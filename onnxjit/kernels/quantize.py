@@ -160,6 +160,16 @@ def _param_base(row, c_size, block, shape):
     return ((o if shape[0] > 1 else 0) * shape[1] + c // block) * shape[2]
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _operands(x, scale, zero_point, out):
+    """quantize's and dequantize's view of their operands: (C, I, chunks of a row, x, scale, out and zero_point
+    flat, whether there is a zero point, whether the scale varies along I)."""
+    inner = x.shape[2]
+    zf = zero_point.reshape(-1)
+    return (x.shape[1], inner, (inner + INNER_CHUNK - 1) // INNER_CHUNK, x.reshape(-1), scale.reshape(-1),
+            out.reshape(-1), zf, zf.size > 0, scale.shape[2] > 1)
+
+
 @njit(cache=True, nogil=True)
 def quantize(x, scale, zero_point, block, lo, hi, mask, to_float, out, u0, u1):
     """out = saturate(rint(x / scale) + zero_point) over units [u0, u1) of x as (O, C, I) float32, scale and
@@ -167,12 +177,7 @@ def quantize(x, scale, zero_point, block, lo, hi, mask, to_float, out, u0, u1):
     channels per scale along C. lo, hi (float32): the output range; `mask` keeps a sub-byte type's low bits (-1
     for the others). With `to_float` out is float32 (the float8 / float4 path, converted by the caller) and gets
     x / scale + zero_point, clamped to [lo, hi] unless lo > hi (saturate=0), NaN kept."""
-    c_size, inner = x.shape[1], x.shape[2]
-    n_chunks = (inner + INNER_CHUNK - 1) // INNER_CHUNK
-    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
-    zf = zero_point.reshape(-1)
-    has_zp = zf.size > 0
-    per_inner = scale.shape[2] > 1
+    c_size, inner, n_chunks, xf, sf, of, zf, has_zp, per_inner = _operands(x, scale, zero_point, out)
     zero = np.float32(0)
     for u in range(u0, u1):
         row, i0, i1 = _unit_span(u, n_chunks, inner)
@@ -216,12 +221,7 @@ def _quantize_one(xf, of, i, s, z, lo, hi, mask, to_float):
 def dequantize(x, narrow, signed, scale, zero_point, block, out, u0, u1):
     """out = (x - zero_point) * scale (float32) over units [u0, u1), the shapes as in `quantize`; x integers
     (`narrow` bits of a uint8 view of a sub-byte type, `signed` or not) or float32 (a float8 input, converted)."""
-    c_size, inner = x.shape[1], x.shape[2]
-    n_chunks = (inner + INNER_CHUNK - 1) // INNER_CHUNK
-    xf, sf, of = x.reshape(-1), scale.reshape(-1), out.reshape(-1)
-    zf = zero_point.reshape(-1)
-    has_zp = zf.size > 0
-    per_inner = scale.shape[2] > 1
+    c_size, inner, n_chunks, xf, sf, of, zf, has_zp, per_inner = _operands(x, scale, zero_point, out)
     mask = (1 << narrow) - 1
     sign = 1 << (narrow - 1) if signed and narrow else 0
     for u in range(u0, u1):
