@@ -11,6 +11,8 @@ them natively on the CPU provider with these same formulas and helpers).
       (N, 1..., C) with channels_last
   QLinearAveragePool(X, x_scale, x_zp?, y_scale, y_zp?; AveragePool's attributes, channels_last 0) ->
       Y = quantize(AveragePool(dequantize(X)))
+  QLinearSoftmax(X, X_scale, x_zp?, y_scale, y_zp?; axis, opset) -> Y = quantize(Softmax(dequantize(X))),
+      Softmax as ai.onnx's at `opset` (before 13 over x flattened to 2-D at axis)
   QLinearConcat(Y_scale, Y_zp, X0, X0_scale, X0_zp, X1, ...; axis) -> Y: each input requantized to Y's scale
       and zero point (copied where they are its own), then concatenated along axis
   QGemm(A, a_scale, a_zp, B, b_scale, b_zp, C?, y_scale?, y_zp?; alpha 1, transA 0, transB 0) ->
@@ -190,6 +192,26 @@ class QLinearAveragePool(OpRun):
         y = saturate(np.rint(avg / np.float32(scalar(op, "y_scale", y_scale)))
                      + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
         return (np.ascontiguousarray(np.moveaxis(y, 1, -1) if channels_last else y),)
+
+
+@reference_op
+class QLinearSoftmax(OpRun):
+    """QLinearSoftmax(X, X_scale, x_zero_point?, y_scale, y_zero_point?; axis, opset) -> Y = quantize(Softmax(
+    dequantize(X))), Softmax as ai.onnx's at `opset` (before 13: over x flattened to 2-D at `axis`)."""
+
+    def _run(self, x, x_scale, x_zp=None, y_scale=None, y_zp=None, axis=-1, opset=13):
+        op = "QLinearSoftmax"
+        check_8bit(op, X=x)
+        f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
+            np.float32(scalar(op, "x_scale", x_scale))
+        a = int(axis) % max(x.ndim, 1)
+        rows = f.reshape(math.prod(x.shape[:a]), -1) if int(opset) < 13 else np.moveaxis(f, a, -1)
+        e = np.exp(rows.astype(np.float64) - rows.max(axis=-1, keepdims=True))
+        sm = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+        sm = sm.reshape(x.shape) if int(opset) < 13 else np.moveaxis(sm, -1, a)
+        y = saturate(np.rint(sm / np.float32(scalar(op, "y_scale", y_scale)))
+                     + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
+        return (np.ascontiguousarray(y),)
 
 
 def concat_parts(op, y_scale, y_zp, triples):
