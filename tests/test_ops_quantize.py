@@ -632,3 +632,22 @@ def test_pack_columns_is_im2col(dot_types, k, s, d):
         np.testing.assert_array_equal(unpacked[img, :kk, :npx], want)
         np.testing.assert_array_equal(unpacked[img, kk:], 0)
         np.testing.assert_array_equal(colsum[img], want.sum(axis=0))
+
+
+def test_lazily_imported_op_modules_register_what_the_table_says():
+    """The quantization and com.microsoft op modules are imported when a node first needs one of their ops
+    (ops.registry.LAZY_MODULES): the table names every op they register, and nothing they do not."""
+    import importlib
+
+    from onnxjit.ops import registry
+    lazy = {m for mods in registry.LAZY_MODULES.values() for m in mods}
+    for m in lazy:
+        importlib.import_module(m)
+    # every op a lazy module registers (its builders are that module's functions)
+    registered = {key for key, versions in registry.OPS.items()
+                  if any(b.__module__ in lazy for b in versions.values())}
+    assert ("", "QLinearConv") in registered and ("com.microsoft", "Attention") in registered
+    covered = {key for key in registered if key in registry.LAZY_MODULES or (key[0], None) in registry.LAZY_MODULES}
+    assert covered == registered, sorted(registered - covered)
+    named = {key for key in registry.LAZY_MODULES if key[1] is not None}
+    assert named <= set(registry.OPS), sorted(named - set(registry.OPS))

@@ -27,8 +27,33 @@ def register_op(op_type: str, since: int = 1, domain: str = "") -> Callable[[Bui
     return deco
 
 
+# Op modules imported when a node first needs one of their ops, not with onnxjit: their kernels and references
+# serve few models and cost 60 ms of `import onnxjit`. Keys: (domain, op type), or (domain, None) for all of a
+# domain's ops; tests/test_ops_quantize.py checks the table against what the modules register.
+QUANTIZE_OPS = ("QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "QLinearMatMul",
+                "ConvInteger", "QLinearConv")
+LAZY_MODULES: dict[tuple[str, str | None], tuple[str, ...]] = {
+    ("com.microsoft", None): ("onnxjit.ops.microsoft", "onnxjit.ops.quantize"),
+    ("", "SimplifiedLayerNormalization"): ("onnxjit.ops.microsoft",),
+    **{("", op): ("onnxjit.ops.quantize",) for op in QUANTIZE_OPS},
+}
+
+
+def _import_lazy(domain: str, op_type: str) -> bool:
+    """Import the modules LAZY_MODULES names for this op; whether there were any."""
+    modules = LAZY_MODULES.get((domain, op_type)) or LAZY_MODULES.get((domain, None))
+    if not modules:
+        return False
+    import importlib
+    for m in modules:
+        importlib.import_module(m)
+    return True
+
+
 def builder_for(node: Node) -> Builder | None:
     versions = OPS.get((node.domain, node.op_type))
+    if not versions and _import_lazy(node.domain, node.op_type):
+        versions = OPS.get((node.domain, node.op_type))
     if not versions:
         return None
     since = max((v for v in versions if v <= node.opset), default=None)

@@ -149,22 +149,29 @@ FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
 }
 
 
-def _onnxruntime_onnx_domain_ops() -> None:
+def _onnxruntime_onnx_domain_op(op_type: str, opset: int) -> type[OpRun] | None:
     """onnxruntime's own ops in the ai.onnx domain where ONNX has none (contrib.microsoft.ONNX_DOMAIN_OPS):
     LayerNormalization before opset 17 runs as com.onnxjit's LayerNormalization (ONNX 17's), and
-    SimplifiedLayerNormalization as com.microsoft's."""
-    from onnxjit.contrib import load_reference_ops
+    SimplifiedLayerNormalization as com.microsoft's. Loaded when such a node is met (the com.microsoft references
+    import scipy.special: 0.2 s of `import onnxjit` otherwise)."""
     from onnxjit.contrib.microsoft import ONNX_DOMAIN_OPS
-    from onnxjit.contrib.microsoft import load_reference_ops as load_microsoft_ops
-    for op, version in ONNX_DOMAIN_OPS.items():
-        cls = load_microsoft_ops()[op] if version is None else load_reference_ops()[op]
-        FIXES[("", op)] = {1: cls} if version is None else {1: cls, version: None}
-
-
-_onnxruntime_onnx_domain_ops()
+    if op_type not in ONNX_DOMAIN_OPS:
+        return None
+    version = ONNX_DOMAIN_OPS[op_type]
+    if version is None:
+        from onnxjit.contrib.microsoft import load_reference_ops as load_microsoft_ops
+        return load_microsoft_ops()[op_type]
+    if opset >= version:
+        return None
+    from onnxjit.contrib import load_reference_ops
+    return load_reference_ops()[op_type]
 
 
 def fixed_op(domain: str, op_type: str, opset: int) -> type[OpRun] | None:
+    if domain == "":
+        found = _onnxruntime_onnx_domain_op(op_type, opset)
+        if found is not None:
+            return found
     versions = FIXES.get((domain, op_type))
     if not versions:
         return None
