@@ -52,7 +52,8 @@ OUTPUT_TYPES: dict[str, tuple] = {
     # the quantized ones (quantized.py): the quantized input's type, QLinearConcat's Y_zero_point's, QGemm's
     # y_zero_point's when it has one (else float), the float scale's for the products dequantized to float
     "QLinearAdd": (0,), "QLinearMul": (0,), "QLinearSigmoid": (0,), "QLinearLeakyRelu": (0,),
-    "QLinearGlobalAveragePool": (0,), "QLinearAveragePool": (0,), "QLinearSoftmax": (0,), "QLinearConcat": (1,), "QGemm": ((8, _FLOAT),),
+    "QLinearGlobalAveragePool": (0,), "QLinearAveragePool": (0,), "QLinearSoftmax": (0,), "QLinearConcat": (1,),
+    "QGemm": ((8, _FLOAT),),
     "DynamicQuantizeMatMul": (0,), "MatMulIntegerToFloat": (2,),
 }
 SAME_SHAPE = {(op, 0) for op in ("Gelu", "QuickGelu", "FastGelu", "BiasGelu", "BiasAdd", "RotaryEmbedding",
