@@ -21,8 +21,8 @@ import numpy as np
 
 from onnxjit.kernels import conv_transpose as kct
 from onnxjit.kernels.linalg import single_threaded_blas_for
-from onnxjit.ops.nn import (AUTO_PADS, CHUNKS_PER_THREAD, PARALLEL_GRAIN, ConstantDerived, constant_input,
-                            float_type, ro, run_units, spatial_rank, wanted_outputs)
+from onnxjit.ops.nn import (CHUNKS_PER_THREAD, PARALLEL_GRAIN, ConstantDerived, constant_input, conv_node_attributes,
+                            float_type, ro, run_units, wanted_outputs)
 from onnxjit.ops.registry import attr, register_op
 
 # input planes per GEMM: columns of at most COLUMN_BYTES (GEMM and col2im then work in L2: 16 -> 4 channels,
@@ -92,24 +92,15 @@ def _packed_weight(w, group):
 def build_conv_transpose(node):
     if not 2 <= len(node.inputs) <= 3 or float_type(node, range(3)) is None or wanted_outputs(node) != 1:
         return None
-    auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
-    if auto_pad not in AUTO_PADS:
+    found = conv_node_attributes(node, negative_pads=True)
+    if found is None:
         return None
-    kernel_attr = attr(node, "kernel_shape")
-    r = spatial_rank(node, kernel_attr)
-    if r is None:
-        return None
-    group = int(attr(node, "group", 1))
-    strides = _ints(attr(node, "strides"), r, 1)
-    dilations = _ints(attr(node, "dilations"), r, 1)
-    pads = _ints(attr(node, "pads"), 2 * r, 0)
+    auto_pad, r, kernel_attr, (group, strides, dilations, pads) = found
     output_padding = _ints(attr(node, "output_padding"), r, 0)
     output_shape = attr(node, "output_shape")
     output_shape = [int(v) for v in output_shape][-r:] if output_shape else None
-    if len(strides) != r or len(dilations) != r or len(pads) != 2 * r or len(output_padding) != r or group < 1 \
-            or min(strides) < 1 or min(dilations) < 1 or min(output_padding) < 0:
+    if len(output_padding) != r or min(output_padding) < 0:
         return None
-    kernel_attr = [int(k) for k in kernel_attr] if kernel_attr else None
     packed = ConstantDerived(constant_input(node, 1), lambda w: _packed_weight(w, group))
     cache = {}
 

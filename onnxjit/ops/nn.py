@@ -307,22 +307,24 @@ def spatial_rank(node, kernel_attr):
     return r if r is not None and 1 <= r <= 3 else None
 
 
-def conv_attributes(node, r, auto_pad):
-    """(group, strides, dilations, pads) of a Conv-like node with r spatial dims, or None when invalid."""
+def conv_attributes(node, r, auto_pad, negative_pads=False):
+    """(group, strides, dilations, pads) of a Conv-like node with r spatial dims, or None when invalid (negative
+    pads too, unless `negative_pads`: ConvTranspose's crop its output)."""
     group = int(attr(node, "group", 1))
     strides = _ints(attr(node, "strides"), r, 1)
     dilations = _ints(attr(node, "dilations"), r, 1)
     pads = _ints(attr(node, "pads"), 2 * r, 0)
     if len(strides) != r or len(dilations) != r or len(pads) != 2 * r or group < 1:
         return None
-    if min(strides) < 1 or min(dilations) < 1 or (auto_pad == "NOTSET" and min(pads) < 0):
+    if min(strides) < 1 or min(dilations) < 1 or (auto_pad == "NOTSET" and min(pads) < 0 and not negative_pads):
         return None
     return group, strides, dilations, pads
 
 
-def conv_node_attributes(node):
+def conv_node_attributes(node, negative_pads=False):
     """(auto_pad, spatial rank, kernel_shape as ints or None, (group, strides, dilations, pads)) of a Conv node, or
-    None where they are not ones the conv kernels take (the CPU and CUDA providers' Conv)."""
+    None where they are not ones the conv kernels take (the CPU and CUDA providers' Conv; ConvTranspose's, with
+    `negative_pads`)."""
     auto_pad = attr(node, "auto_pad", "NOTSET") or "NOTSET"
     if auto_pad not in AUTO_PADS:
         return None
@@ -330,7 +332,7 @@ def conv_node_attributes(node):
     r = spatial_rank(node, kernel_attr)
     if r is None:
         return None
-    geometry = conv_attributes(node, r, auto_pad)
+    geometry = conv_attributes(node, r, auto_pad, negative_pads)
     if geometry is None:
         return None
     return auto_pad, r, [int(k) for k in kernel_attr] if kernel_attr else None, geometry
