@@ -183,6 +183,33 @@ def test_loop_body_takes_outer_constants_as_its_own(rng):
     check(model, {"h0": h0, "W": rng.standard_normal((4, 4), dtype=np.float32)})
 
 
+def test_loop_body_reading_its_iteration_number_two_subgraphs_down(rng):
+    """A Loop body that reads its iteration number only inside an If within an If (no node of the body itself
+    reads it) still gets it: the Loop skips making only the values its body never reads."""
+    inner_then = helper.make_graph([helper.make_node("Cast", ["i"], ["fi"], to=TP.FLOAT),
+                                    helper.make_node("Add", ["h_in", "fi"], ["it"])], "inner_then", [],
+                                   [tensor("it", TP.FLOAT, [2])])
+    inner_else = helper.make_graph([helper.make_node("Identity", ["h_in"], ["ie"])], "inner_else", [],
+                                   [tensor("ie", TP.FLOAT, [2])])
+    outer_then = helper.make_graph([helper.make_node("If", ["c"], ["ot"], then_branch=inner_then,
+                                                     else_branch=inner_else)], "outer_then", [],
+                                   [tensor("ot", TP.FLOAT, [2])])
+    outer_else = helper.make_graph([helper.make_node("Neg", ["h_in"], ["oe"])], "outer_else", [],
+                                   [tensor("oe", TP.FLOAT, [2])])
+    body = helper.make_graph([helper.make_node("If", ["c"], ["h_out"], then_branch=outer_then,
+                                               else_branch=outer_else),
+                              helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                             "body", [tensor("i", TP.INT64, []), tensor("cond_in", TP.BOOL, []),
+                                      tensor("h_in", TP.FLOAT, [2])],
+                             [tensor("cond_out", TP.BOOL, []), tensor("h_out", TP.FLOAT, [2])])
+    model = make_model([helper.make_node("Loop", ["M", "", "h0"], ["h"], body=body)],
+                       [tensor("M", TP.INT64, []), tensor("c", TP.BOOL, []), tensor("h0", TP.FLOAT, [2])],
+                       [tensor("h", TP.FLOAT, [2])])
+    got = check(model, {"M": np.array(4, np.int64), "c": np.array(True),
+                        "h0": rng.standard_normal(2, dtype=np.float32)})
+    assert got[0].shape == (2,)
+
+
 def test_loop16_seq_none_backend_model():
     """onnx's backend model test_loop16_seq_none (an optional sequence carried through a Loop, set in an If);
     onnx's own runner cannot compare its output (a sequence whose first element is 0-d), so compare with

@@ -150,6 +150,16 @@ class Graph:
                 if v is not None and v.const is None and v.name in captured:
                     v.const = self.outer_constant(v.name)
 
+    def external_names(self) -> set[str]:
+        """Names read outside the node-to-node edges: the graph's outputs and the values its nodes' subgraphs
+        capture by name (a value a nested subgraph reads is captured by each graph between, so the direct
+        subgraphs name them all)."""
+        names = {v.name for v in self.outputs}
+        for n in self.nodes:
+            for g in n.subgraphs():
+                names.update(g.outer_names)
+        return names
+
     def names(self) -> set[str]:
         """Every name defined in this graph and the graphs nested in it (fresh names must avoid all of them)."""
         names = {v.name for v in self.inputs} | set(self.initializers) | set(self.outer_names)

@@ -20,11 +20,8 @@ _FACTS: dict[int, tuple[Graph, frozenset[int], frozenset[str]]] = {}
 def _facts(graph: Graph) -> tuple[frozenset[int], frozenset[str]]:
     entry = _FACTS.get(id(graph))
     if entry is None or entry[0] is not graph:
-        names = {v.name for v in graph.outputs}
-        for n in graph.nodes:
-            for g in n.subgraphs():
-                names.update(g.outer_names)
-        entry = _FACTS[id(graph)] = (graph, frozenset(id(v) for v in graph.inputs), frozenset(names))
+        entry = _FACTS[id(graph)] = (graph, frozenset(id(v) for v in graph.inputs),
+                                     frozenset(graph.external_names()))
     return entry[1], entry[2]
 
 

@@ -21,7 +21,7 @@ from onnxjit.cache.store import KernelStore
 from onnxjit.fuser.codegen import KernelSpec, render
 from onnxjit.fuser.exprs import fusable, reduction_spec
 from onnxjit.fuser.partition import Group, group_nodes
-from onnxjit.ir.graph import Graph, Node
+from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
 from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
@@ -59,15 +59,6 @@ def _static_signature(group: Group) -> list | None:
             return None
         sig.append((t.dtype, tuple(t.shape)))
     return sig
-
-
-def _external_names(graph: Graph) -> set[str]:
-    """Names read outside the node-to-node edges: graph outputs and values captured by subgraphs."""
-    names = {v.name for v in graph.outputs}
-    for n in graph.nodes:
-        for g in n.subgraphs():
-            names.update(g.outer_names)
-    return names
 
 
 def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
@@ -111,7 +102,7 @@ class CPUExecutionProvider(ExecutionProvider):
         return fusable(node) or reduction_spec(node) is not None or self._kernel(node) is not None
 
     def compile(self, nodes: list[Node], compiler: GraphCompiler) -> list[Step]:
-        external = _external_names(nodes[0].graph) if nodes and nodes[0].graph is not None else set()
+        external = nodes[0].graph.external_names() if nodes and nodes[0].graph is not None else set()
         steps = []
         static: list[tuple[Step, list]] = []
         for item in group_nodes(nodes):

@@ -31,7 +31,7 @@ from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
-from onnxjit.providers.cpu import KernelInfo, _external_names, _static_signature
+from onnxjit.providers.cpu import KernelInfo, _static_signature
 
 # element types the fused CUDA kernels compute in as they are (half types would need conversions on the device)
 _FUSED_ELEM_TYPES = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.BOOL, TensorProto.INT8,
@@ -121,7 +121,7 @@ class CUDAExecutionProvider(ExecutionProvider):
     # --- compiling -------------------------------------------------------------------------------------------
     def compile(self, nodes: list[Node], compiler: GraphCompiler) -> list[Step]:
         from onnxjit.kernels.cuda.registry import has_host_outputs, host_inputs_of
-        external = _external_names(nodes[0].graph) if nodes and nodes[0].graph is not None else set()
+        external = nodes[0].graph.external_names() if nodes and nodes[0].graph is not None else set()
         steps = []
         for item in group_nodes(nodes):
             if isinstance(item, Group):

@@ -33,17 +33,7 @@ def _reads(body, i: int) -> bool:
     """Whether the body reads its input i (a kernel's input or a graph output): a Loop skips making the
     iteration number and condition values of a body that reads neither (a microsecond of every iteration)."""
     v = body.graph.inputs[i]
-    return bool(v.uses) or v.name in body.output_names or v.name in _captured(body.graph)
-
-
-def _captured(graph) -> set[str]:
-    """Names the subgraphs of `graph`'s nodes (at any depth) read from outside them."""
-    names: set[str] = set()
-    for n in graph.nodes:
-        for g in n.subgraphs():
-            names.update(g.outer_names)
-            names |= _captured(g)
-    return names
+    return bool(v.uses) or v.name in body.output_names or v.name in body.graph.external_names()
 
 
 def _stack(parts: list[np.ndarray], t, axis: int = 0) -> np.ndarray:
