@@ -19,9 +19,9 @@ from onnxjit.kernels import linalg as k
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACKED_CHUNK_BYTES, PARALLEL_GRAIN,
-                             ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, run_units)
-from onnxjit.worker_pool import CallSite, thread_count
+                            ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, run_units)
 from onnxjit.ops.registry import attr, register_op
+from onnxjit.worker_pool import CallSites, thread_count
 
 
 def _packed(b):
@@ -82,8 +82,9 @@ def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION, packed=None):
 def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
     """act(alpha * a @ bt.T + beta * c) for a of very few rows (see kernels.linalg.dot_cols), a (M, K) and bt
     (N, K) C-contiguous, c as _compact_c makes it, split over blocks of columns where the work is large enough.
-    `sites`: the calling node's dict of CallSites by argument types, which skip Numba's type dispatch (a batch-1
-    fully connected layer is mostly its step's overhead: in a Loop body, 7-9 us a step before)."""
+    `sites`: the calling node's CallSites of the float32 and the generic kernel (`dot_sites`), which skip Numba's
+    type dispatch (a batch-1 fully connected layer is mostly its step's overhead: in a Loop body, 7-9 us a step
+    before)."""
     m, kk = a.shape
     n = bt.shape[0]
     work = m * n * kk
@@ -97,12 +98,13 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
         return out
     # the argument types are fixed by the dtypes and C's dims (ro arrays, C from _compact_c or _no_c); dtypes by
     # their one-letter codes (hashing a dtype costs 0.3-0.6 us)
-    key = (a.dtype.char, bt.dtype.char, c.dtype.char, c.ndim)
-    site = sites.get(key)
-    if site is None:
-        site = sites[key] = CallSite(k.dot_cols_f32 if f32 else k.dot_cols)
-    site.run(args, -(-n // cols), work)
+    sites[0 if f32 else 1][a.dtype.char, bt.dtype.char, c.dtype.char, c.ndim].run(args, -(-n // cols), work)
     return out
+
+
+def dot_sites() -> tuple[CallSites, CallSites]:
+    """A node's CallSites of _dot_cols' kernels (float32, generic)."""
+    return CallSites(k.dot_cols_f32), CallSites(k.dot_cols)
 
 
 def _compact_c(c, m, n):
@@ -127,7 +129,7 @@ def build_gemm(node):
     trans_b = int(attr(node, "transB", 0)) != 0
     bt_cache = ConstantDerived(None if trans_b else constant_input(node, 1), _transposed)
     packed = ConstantDerived(constant_input(node, 1), lambda b: _packed(b.T if trans_b else b))
-    dot_sites = {}
+    sites = dot_sites()
     const_c = constant_input(node, 2) if n_in == 3 else None
     compact_c = {}  # (M, N) -> a constant C as _compact_c makes it
 
@@ -155,7 +157,7 @@ def build_gemm(node):
                 y += (beta * np.broadcast_to(cc, (m, n))).astype(a.dtype)
             return (act.apply(y),)
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
-            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act, dot_sites)
+            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act, sites)
         else:
             y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
         return (y,)
@@ -168,10 +170,10 @@ register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, dot_sites=None):
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=None):
     """act(a @ b + c) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast; `c`
     (FusedMatMul's bias, optional) must broadcast to the product's shape without changing it. `bt_cache` may hold
-    the transposed copy of a constant B, `packed` its packed_gemm form, `dot_sites` the node's _dot_cols
+    the transposed copy of a constant B, `packed` its packed_gemm form, `sites` the node's _dot_cols
     CallSites. A bias along the columns of a product
     with a 2-D B is the GEMM's C (added in its epilogue); any other goes through numpy."""
     if c is not None:
@@ -181,7 +183,7 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, dot_site
             raise ValueError(f"FusedMatMul: C of shape {np.shape(c)} does not broadcast to the output's {out_shape}")
         c = np.asarray(c, dtype=a.dtype)
         if a.ndim < 2 or b.ndim != 2 or any(d != 1 for d in c.shape[:-1]):
-            y = matmul(a, b, bt_cache, NO_ACTIVATION, packed, dot_sites=dot_sites)
+            y = matmul(a, b, bt_cache, NO_ACTIVATION, packed, sites=sites)
             return act.apply(np.add(y, c, out=y))
     a_vec, b_vec = a.ndim == 1, b.ndim == 1
     if a_vec:
@@ -203,7 +205,7 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, dot_site
         c2, has_c = (_no_c(a.dtype), False) if c is None else (ro(c.reshape(1, -1)), True)
         beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
-            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, dot_sites)
+            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
             y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
@@ -245,8 +247,8 @@ def build_matmul(node):
     const_b = const_b if const_b is not None and const_b.ndim == 2 else None
     bt_cache = ConstantDerived(const_b, _transposed)
     packed = ConstantDerived(const_b, _packed)
-    dot_sites = {}
-    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c, dot_sites),)
+    sites = dot_sites()
+    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c, sites),)
 
 
 for _v in (1, 9, 13):

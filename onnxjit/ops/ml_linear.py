@@ -31,19 +31,20 @@ pair to vote on; onnxruntime's scores are then unset memory) is left to the next
 """
 from __future__ import annotations
 
+import contextlib
+
 import numba
 import numpy as np
-
-from onnxjit.kernels import ml_linear as k
-from onnxjit.kernels.linalg import single_threaded_blas
 from onnx import TensorProto as T
 
 from onnxjit.ir.types import TensorType
+from onnxjit.kernels import ml_linear as k
+from onnxjit.kernels.linalg import single_threaded_blas
 from onnxjit.ops.ml_common import DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs, rows_of
 from onnxjit.ops.ml_preprocess import build_scaler, scaler_attributes, scaler_columns
 from onnxjit.ops.nn import PARALLEL_GRAIN, ro
-from onnxjit.worker_pool import CallSite
 from onnxjit.ops.registry import register_op, register_pair
+from onnxjit.worker_pool import CallSite
 
 _F32 = np.dtype(np.float32)
 BLOCKS_PER_THREAD = 2  # row blocks per thread for the linear models (one BLAS call each)
@@ -100,10 +101,7 @@ def _run_blocks(site, args, n_blocks, work):
     instead of 30 us)."""
     if n_blocks == 0:
         return
-    if work < PARALLEL_GRAIN:
-        site.run(args, n_blocks, work)
-        return
-    with single_threaded_blas:
+    with single_threaded_blas if work >= PARALLEL_GRAIN else contextlib.nullcontext():
         site.run(args, n_blocks, work)
 
 
@@ -153,6 +151,7 @@ def build_linear_classifier(node, scaling=None):
     declare_outputs(node, T.STRING if labels.dtype == object else T.INT64, T.FLOAT)
 
     site = CallSite(k.linear_rows)
+
     def run(x):
         xf = _float_rows(node, x, features)
         n = xf.shape[0]
@@ -181,6 +180,7 @@ def build_linear_regressor(node, scaling=None):
     declare_outputs(node, T.FLOAT)
 
     site = CallSite(k.linear_rows)
+
     def run(x):
         xf = _float_rows(node, x, features)
         out = np.empty((xf.shape[0], targets), np.float32)
@@ -303,6 +303,7 @@ def build_svm_classifier(node):
         rule = k.ARGMAX if have_proba else (k.POSITIVE_WEIGHTS if (s.coef >= 0).all() else k.MIXED_WEIGHTS)
 
         site = CallSite(k.linear_rows)
+
         def run_linear(x):
             xf = _float_rows(node, x, features)
             label_idx = np.empty(xf.shape[0], np.int64)
@@ -330,6 +331,7 @@ def build_svm_classifier(node):
             post, True, False, 0)
 
     site = CallSite(k.svm_rows)
+
     def run(x):
         label_idx, out = _svm_run(site, _float_rows(node, x, s.features), args, n_out)
         return labels[label_idx], out
@@ -348,6 +350,7 @@ def build_svm_regressor(node):
         coef, bias = ro(s.coef.reshape(1, features)), ro(s.rho[:1].copy())
 
         site = CallSite(k.linear_rows)
+
         def run_linear(x):
             xf = _float_rows(node, x, features)
             out = np.empty((xf.shape[0], 1), np.float32)
@@ -363,6 +366,7 @@ def build_svm_regressor(node):
             k.NONE, False, one_class, mlas_stride_k(1, s.vectors))
 
     site = CallSite(k.svm_rows)
+
     def run(x):
         _, out = _svm_run(site, _float_rows(node, x, s.features), args, 1)
         return (out,)

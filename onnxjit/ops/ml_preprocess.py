@@ -25,16 +25,15 @@ onnxjit.InvalidArgument naming the node, malformed attributes onnxjit.Fail at se
 from __future__ import annotations
 
 import numpy as np
+from onnx import TensorProto as T
 
 from onnxjit.errors import InvalidArgument
 from onnxjit.kernels import ml_preprocess as k
-from onnx import TensorProto as T
-
-from onnxjit.ops.ml_common import (DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs,
-                                   describe, input_type)
+from onnxjit.ops.ml_common import (DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs, describe,
+                                   input_type)
 from onnxjit.ops.nn import ro
-from onnxjit.worker_pool import CallSite, CallSites
 from onnxjit.ops.registry import register_op
+from onnxjit.worker_pool import CallSite, CallSites
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _STRING = np.dtype(object)
