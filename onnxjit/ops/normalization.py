@@ -253,8 +253,8 @@ def build_layer_norm(node):
     return run
 
 
-register_op("LayerNormalization", since=17)(build_layer_norm)
-# before 17, onnxruntime's own LayerNormalization in the ai.onnx domain (its optimizer writes it): the same op
+# ONNX's LayerNormalization is opset 17's; before it, onnxruntime's own in the ai.onnx domain (its optimizer
+# writes it) is the same op
 register_op("LayerNormalization", since=1)(build_layer_norm)
 register_op("LayerNormalization", since=1, domain="com.onnxjit")(build_layer_norm)
 
