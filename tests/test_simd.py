@@ -1,6 +1,6 @@
 """kernels.simd's register-level helpers against numpy: `vtranspose` turns a TILE x TILE tile of any row strides
 (offsets into larger arrays), leaving everything around it as it was, and compiles to shuffles, not element
-moves."""
+moves; the masked column loads and stores read and write only the columns their masks allow."""
 from __future__ import annotations
 
 import re
@@ -10,7 +10,7 @@ import numba
 import numpy as np
 import pytest
 
-from onnxjit.kernels.simd import TILE, vtranspose
+from onnxjit.kernels.simd import LANES, TILE, columns, vload_cols, vload_even_cols, vstore_first, vtranspose
 
 HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
 
@@ -41,3 +41,25 @@ def test_vtranspose_is_shuffles():
     asm = "\n".join(_transpose.inspect_asm().values())
     assert len(re.findall(r"\bv(?:perm|unpck|shuf|insert|blend)\w*", asm)) >= TILE
     assert not re.findall(r"vmovss\s", asm)  # no element moves
+
+
+@numba.njit
+def _masked(a, start, col, ncols, out, n):
+    vstore_first(out, 0, vload_cols(a, start + col, columns(col, ncols, 1)), n)
+    vstore_first(out, LANES, vload_even_cols(a, start + col, columns(col, ncols, 2)), n)
+
+
+@pytest.mark.parametrize("col,ncols,n", [(-3, 20, LANES), (0, 2 * LANES + 5, LANES - 1), (5, 4, 3), (-1, 0, LANES)])
+def test_masked_columns_read_and_write_inside_only(col, ncols, n):
+    """A row of ncols columns starting at `start`, read from column col (1 and 2 apart), the lanes outside the
+    row zero; the stores leave lanes n and on as they were. The row sits at the array's very start and end, so a
+    read outside the mask would fault (not reliably) or, below, show as a nonzero lane."""
+    start = 7
+    a = np.arange(1, start + max(ncols, 0) + 1, dtype=np.float32)  # the row is the array's last ncols values
+    out = np.full(2 * LANES, -1, np.float32)
+    _masked(a, start, col, ncols, out, n)
+    for step, got in ((1, out[:LANES]), (2, out[LANES:])):
+        cols = col + step * np.arange(LANES)
+        want = np.where((cols >= 0) & (cols < ncols), start + cols + 1, 0).astype(np.float32)
+        np.testing.assert_array_equal(got[:n], want[:n])
+        assert (got[n:] == -1).all()

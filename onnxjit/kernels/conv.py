@@ -18,8 +18,8 @@ units over threads. Strategies:
   * `conv_padded`: float32 grouped 2-D convs, packed_gemm's microkernel over a padded copy of each group.
   * `conv_depthwise_blocked`: float32 depthwise 2-D convs over small planes, units (image, block of LANES
     channels), channels-last in vector registers inside the kernel.
-  * `conv_depthwise_rows`: float32 depthwise 2-D convs over larger planes, units (image, channel), 4 output rows
-    at a time in vector registers, from conv_direct's phase planes.
+  * `conv_depthwise_rows`: float32 depthwise 2-D convs over wider planes, units (image, channel), 4 output rows
+    at a time in vector registers, read with masked loads (the padding masked off).
   * `conv_depthwise_nhwc`: depthwise convs on channels-last images (com.onnxjit NhwcConv, written by the
     optimizer's layout pass), vectorized over channels.
 Hot loops index with unsigned integers (`_u`): numba then skips its negative-index wraparound, which would
@@ -40,7 +40,8 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
                                          scratch_size, store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import LANES, into_window, to_planes, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import (LANES, columns, into_window, to_planes, vclamp, vfma, vload, vload_cols,
+                                  vload_even_cols, vsplat, vstore, vstore_first)
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -494,89 +495,107 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
 
 @njit(cache=True, nogil=True)
 def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
-    """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images over planes of at least 4 output
-    rows, units [u0, u1) of (image, channel); x, w, z and out 5-D as conv_direct's. Each unit copies its input
-    plane into conv_direct's zero-padded phase planes, then computes 4 output rows at a time, one vector of
-    LANES columns each, every tap a load and an FMA per row: the sums stay in registers until bias, residual and
-    a Relu or Clip are applied and they are stored in place (other activations run over the 4 rows while they
-    are in cache). Rows wider than a vector take vectors at LANES steps, the last one ending at the row's end
-    (overlapping the one before: recomputed, not added twice); the last block of rows likewise ends at the last
-    row.
+    """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images with column stride 1 or 2, units
+    [u0, u1) of (image, channel); x, w, z and out 5-D as conv_direct's. 4 output rows at a time, one vector of
+    LANES columns each, straight from the input: a tap is a masked load per row (simd.vload_cols; stride 2 the
+    even columns of two vectors, vload_even_cols) and an FMA, the padding being the lanes masked off and the rows
+    outside the input skipped. The sums stay in registers until bias, residual and a Relu or Clip are applied
+    and they are stored: whole vectors (a row's last one ending at its end, overlapping the one before), or
+    masked where a row is narrower than a vector (other activations run over the 4 rows while they are in
+    cache).
 
-    Why: conv_direct accumulates a plane in memory a vector group at a time, then copies it to the output and
-    runs the activation over it, three more passes over a plane that does not fit L1 (112x112 floats: 49 KB).
-    Emerald Rapids VM, 3x3 with Clip, the kernel alone on one thread: 32 channels at 112x112 392-402 -> 258-298
-    us, 144 at 56x56 379-403 -> 269 us, 96 at 112x112 stride 2 692-721 -> 647 us; in mobilenet_v2 (two
-    threads, onnxjit's profile) 371 -> 220, 319 -> 199 and 599 -> 474 us. What is left of the time is mostly
-    memory: a copy of the 1.6 MB input to a new array takes 128 us there."""
+    Why: copying each plane into zero-padded phase planes first (conv_direct's way, and this kernel's before)
+    cost as much as the taps at stride 2, and rows narrower than a vector went out through a scratch block element
+    by element. Emerald Rapids VM, one thread, 3x3 with Relu, the kernel alone, phase planes -> masked loads: 72
+    channels at 56x56 stride 2 112 -> 58 us, 16 at 112x112 stride 2 102 -> 49, 88 at 28x28 65 -> 39, 32 at
+    112x112 251 -> 223, 144 at 56x56 260 -> 250 (onnxruntime's NCHWc kernel, its layout copies not counted:
+    42, 29, 25, 144 and 156)."""
     n_ch, in_h, in_w = x.shape[1], x.shape[3], x.shape[4]
     oh, ow = out.shape[3], out.shape[4]
     kh, kw = k[1], k[2]
     sh, sw = s[1], s[2]
     dh, dw = d[1], d[2]
     ph, pw = p[1], p[2]
-    hq, wq, phase, offs = _phase_geometry(oh, ow, kh, kw, sh, sw, dh, dw)
-    planes = np.zeros(sh * sw * phase, dtype=np.float32)
-    tail = np.empty(4 * LANES, dtype=np.float32)
     one = vsplat(np.float32(1))
-    lanes = _u(LANES)
     lo, hi, kind = register_clamp(kind, act, False)  # the residual is added in registers, before the clamp
     has_z = z.size > 0
     taps = kh * kw
     plane, oplane = in_h * in_w, oh * ow
     xf, wf, of, zf = x.reshape(-1), w.reshape(-1), out.reshape(-1), z.reshape(-1)
-    rs = _u(wq)  # from one phase row to the next
+    masks = np.empty(kw, dtype=np.uint64)
+    step = sh * in_w  # from one output row's input row to the next's
     for u in range(u0, u1):
         c = u % n_ch
-        _fill_phases(xf, u * plane, in_h, in_w, sh, sw, ph, pw, hq, wq, phase, planes)
+        src = u * plane
         b0 = vsplat(bias[c] if bias.size > 0 else np.float32(0))
         w0 = c * taps
-        i = 0
-        while i < oh:
-            i = min(i, oh - 4)
-            j = 0
-            while j < ow:
-                if ow >= LANES:
-                    j = min(j, ow - LANES)
+        for i in range(0, oh, 4):
+            for j in range(0, ow, LANES):
+                if ow >= LANES:  # the last vector ends at the row's end, overlapping the one before (recomputed):
+                    j = min(j, ow - LANES)  # whole-vector stores; only rows narrower than a vector store masked
+                for e in range(kw):  # each column shift's mask, for every row it reads
+                    masks[e] = columns(j * sw + e * dw - pw, in_w, sw)
                 a0, a1, a2, a3 = b0, b0, b0, b0
-                base = _u(i * wq + j)
-                for t in range(taps):
-                    wv = vsplat(wf[w0 + t])
-                    o = _u(offs[t]) + base
-                    a0 = vfma(wv, vload(planes, o), a0)
-                    a1 = vfma(wv, vload(planes, o + rs), a1)
-                    a2 = vfma(wv, vload(planes, o + _u(2) * rs), a2)
-                    a3 = vfma(wv, vload(planes, o + _u(3) * rs), a3)
-                o = _u(u * oplane + i * ow + j)
-                row = _u(ow)
-                if ow >= LANES:  # stored from registers (the stores written out here: helpers taking the arrays
-                    # made Numba count references to them around every call, atomics that took most of the time)
-                    if has_z:  # an FMA by 1: one rounding, as the sum's
-                        a0 = vfma(one, vload(zf, o), a0)
-                        a1 = vfma(one, vload(zf, o + row), a1)
-                        a2 = vfma(one, vload(zf, o + _u(2) * row), a2)
-                        a3 = vfma(one, vload(zf, o + _u(3) * row), a3)
-                    vstore(of, o, vclamp(a0, lo, hi))
-                    vstore(of, o + row, vclamp(a1, lo, hi))
-                    vstore(of, o + _u(2) * row, vclamp(a2, lo, hi))
-                    vstore(of, o + _u(3) * row, vclamp(a3, lo, hi))
-                else:  # rows narrower than a vector: through a scratch block
-                    vstore(tail, _u(0), a0)
-                    vstore(tail, lanes, a1)
-                    vstore(tail, _u(2) * lanes, a2)
-                    vstore(tail, _u(3) * lanes, a3)
-                    for r in range(4):
-                        for q in range(ow):
-                            v = tail[r * LANES + q]
-                            at = o + _u(r * ow + q)
-                            if has_z:
-                                v += zf[at]
-                            of[at] = v if np.isnan(v) else min(max(v, lo), hi)  # NaN stays, as in vclamp
-                j += LANES
+                for ta in range(kh):
+                    r = i * sh + ta * dh - ph  # the input row of output row i
+                    ok0 = 0 <= r < in_h
+                    ok1 = 0 <= r + sh < in_h and i + 1 < oh
+                    ok2 = 0 <= r + 2 * sh < in_h and i + 2 < oh
+                    ok3 = 0 <= r + 3 * sh < in_h and i + 3 < oh
+                    at = src + r * in_w + j * sw - pw
+                    for e in range(kw):
+                        wv = vsplat(wf[_u(w0 + ta * kw + e)])
+                        m = masks[e]
+                        if sw == 1:
+                            if ok0:
+                                a0 = vfma(wv, vload_cols(xf, at, m), a0)
+                            if ok1:
+                                a1 = vfma(wv, vload_cols(xf, at + step, m), a1)
+                            if ok2:
+                                a2 = vfma(wv, vload_cols(xf, at + 2 * step, m), a2)
+                            if ok3:
+                                a3 = vfma(wv, vload_cols(xf, at + 3 * step, m), a3)
+                        else:
+                            if ok0:
+                                a0 = vfma(wv, vload_even_cols(xf, at, m), a0)
+                            if ok1:
+                                a1 = vfma(wv, vload_even_cols(xf, at + step, m), a1)
+                            if ok2:
+                                a2 = vfma(wv, vload_even_cols(xf, at + 2 * step, m), a2)
+                            if ok3:
+                                a3 = vfma(wv, vload_even_cols(xf, at + 3 * step, m), a3)
+                        at += dw
+                # stored from registers (the stores written out here: helpers taking the arrays made Numba count
+                # references to them around every call, atomics that took most of the time)
+                o = u * oplane + i * ow
+                if has_z:  # an FMA by 1: one rounding, as the sum's
+                    m = columns(j, ow, 1)
+                    a0 = vfma(one, vload_cols(zf, o + j, m), a0)
+                    if i + 1 < oh:
+                        a1 = vfma(one, vload_cols(zf, o + ow + j, m), a1)
+                    if i + 2 < oh:
+                        a2 = vfma(one, vload_cols(zf, o + 2 * ow + j, m), a2)
+                    if i + 3 < oh:
+                        a3 = vfma(one, vload_cols(zf, o + 3 * ow + j, m), a3)
+                if ow >= LANES:
+                    vstore(of, _u(o + j), vclamp(a0, lo, hi))
+                    if i + 1 < oh:
+                        vstore(of, _u(o + ow + j), vclamp(a1, lo, hi))
+                    if i + 2 < oh:
+                        vstore(of, _u(o + 2 * ow + j), vclamp(a2, lo, hi))
+                    if i + 3 < oh:
+                        vstore(of, _u(o + 3 * ow + j), vclamp(a3, lo, hi))
+                else:
+                    vstore_first(of, _u(o), vclamp(a0, lo, hi), ow)
+                    if i + 1 < oh:
+                        vstore_first(of, _u(o + ow), vclamp(a1, lo, hi), ow)
+                    if i + 2 < oh:
+                        vstore_first(of, _u(o + 2 * ow), vclamp(a2, lo, hi), ow)
+                    if i + 3 < oh:
+                        vstore_first(of, _u(o + 3 * ow), vclamp(a3, lo, hi), ow)
             if kind != IDENTITY:
                 o = u * oplane + i * ow
-                activate(of, o, o + 4 * ow, kind, act)
-            i += 4
+                activate(of, o, o + min(4, oh - i) * ow, kind, act)
 
 
 @njit(cache=True, nogil=True)

@@ -87,6 +87,99 @@ def vstore(typingctx, arr, index, v):
     return types.none(arr, index, v), codegen
 
 
+def _masked_columns(builder, col, ncols, count):
+    """<count x i1>: whether column col + l is inside [0, ncols), for lanes l < count (int32 compares)."""
+    i32 = ir.IntType(32)
+    vi = ir.VectorType(i32, count)
+
+    def splat(v):
+        one = builder.insert_element(ir.Constant(vi, ir.Undefined), builder.trunc(v, i32), ir.Constant(i32, 0))
+        return builder.shuffle_vector(one, ir.Constant(vi, ir.Undefined), ir.Constant(vi, [0] * count))
+
+    cols = builder.add(splat(col), ir.Constant(vi, list(range(count))))
+    return builder.and_(builder.icmp_signed(">=", cols, ir.Constant(vi, [0] * count)),
+                        builder.icmp_signed("<", cols, splat(ncols)))
+
+
+@intrinsic
+def columns(typingctx, col, ncols, step):
+    """The bit mask (uint64, bit l for lane l) of the columns col + l, for the LANES * step lanes vload_cols
+    (step 1) or vload_even_cols (step 2) reads, that lie inside [0, ncols): made once for a column shift, it
+    serves every row the shift reads (kept in a register or an array, it is one k-register move per load)."""
+    if not all(isinstance(v, types.Integer) for v in (col, ncols, step)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        col_v, ncols_v, step_v = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (0, 1, 2))
+        i64 = ir.IntType(64)
+        wide = builder.bitcast(_masked_columns(builder, col_v, ncols_v, 2 * LANES), ir.IntType(2 * LANES))
+        bits = builder.zext(wide, i64) if 2 * LANES < 64 else wide
+        # step 1: only the low LANES bits (the rest of the 64 columns are past one vector)
+        low = builder.and_(bits, ir.Constant(i64, (1 << LANES) - 1))
+        return builder.select(builder.icmp_signed("==", step_v, ir.Constant(i64, 1)), low, bits)
+
+    return types.uint64(col, ncols, step), codegen
+
+
+def _masked_loader(step):
+    """vload_cols (step 1) and vload_even_cols (step 2): lane l is arr.flat[start + step * l] where bit step * l
+    of `bits` (`columns`) is set, else 0. A masked load (AVX-512's k-masked vmovups, AVX2's vmaskmovps) reads
+    none of the places masked off, so start may point before the array or past its end; step 2 loads 2 * LANES
+    floats and keeps the even ones (a two-register shuffle): a stride-2 conv's columns with no de-interleaved
+    copy of its input."""
+    count = LANES * step
+
+    @intrinsic
+    def load(typingctx, arr, start, bits):
+        if not _float32_array(arr) or not isinstance(start, types.Integer) or not isinstance(bits, types.Integer):
+            return None
+        wide = ir.VectorType(ir.FloatType(), count)
+
+        def codegen(context, builder, sig, args):
+            start_v = context.cast(builder, args[1], sig.args[1], types.int64)
+            bits_v = context.cast(builder, args[2], sig.args[2], types.uint64)
+            mask = builder.bitcast(builder.trunc(bits_v, ir.IntType(count)) if count < 64 else bits_v,
+                                   ir.VectorType(ir.IntType(1), count))
+            data = context.make_array(sig.args[0])(context, builder, value=args[0]).data
+            ptr = builder.bitcast(builder.gep(data, [start_v]), wide.as_pointer())
+            fn = cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(wide, [wide.as_pointer(), ir.IntType(32), mask.type, wide]),
+                f"llvm.masked.load.v{count}f32.p0")
+            v = builder.call(fn, [ptr, ir.Constant(ir.IntType(32), 4), mask, ir.Constant(wide, None)])
+            if step == 1:
+                return v
+            return builder.shuffle_vector(v, v, ir.Constant(ir.VectorType(ir.IntType(32), LANES),
+                                                            list(range(0, count, step))))
+
+        return F32V(arr, start, bits), codegen
+
+    return load
+
+
+vload_cols = _masked_loader(1)
+vload_even_cols = _masked_loader(2)
+
+
+@intrinsic
+def vstore_first(typingctx, arr, index, v, n):
+    """arr.flat[index + l] = v[l] for lanes l < n (a masked store: nothing at or past index + n is touched)."""
+    if not _float32_array(arr) or not isinstance(index, types.Integer) or v != F32V or \
+            not isinstance(n, types.Integer):
+        return None
+
+    def codegen(context, builder, sig, args):
+        index_v, n_v = (context.cast(builder, args[i], sig.args[i], types.int64) for i in (1, 3))
+        mask = _masked_columns(builder, ir.Constant(ir.IntType(64), 0), n_v, LANES)
+        ptr = _vector_pointer(context, builder, sig.args[0], args[0], index_v)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [_VEC, _VEC.as_pointer(), ir.IntType(32), mask.type]),
+            f"llvm.masked.store.v{LANES}f32.p0")
+        builder.call(fn, [args[2], ptr, ir.Constant(ir.IntType(32), 4), mask])
+        return context.get_dummy_value()
+
+    return types.none(arr, index, v, n), codegen
+
+
 @intrinsic
 def vsplat(typingctx, x):
     """A vector of LANES copies of the float32 x."""

@@ -54,12 +54,12 @@ PACKED_CHUNK_BYTES = 128 << 10  # bytes of a packed-GEMM pass's packed columns o
 # deepest grouped conv (channels x taps per group) run by kernels.conv.conv_padded; ungrouped ones stay on the
 # im2col GEMM (a 3->32-channel stride-2 stem: 290 us there, 330 padded, its 8 panels' scattered stores)
 PADDED_CONV_MAX_K = 1024
-# float32 depthwise 2-D convs whose padded input window has at most this many pixels run channels-last in
-# registers (kernels.conv.conv_depthwise_blocked); larger planes run 4 output rows at a time from phase planes
-# (conv_depthwise_rows; under 4 output rows, conv_direct's long per-plane loops). Kernel time, blocked / direct,
-# one AMD Zen 3 thread: 9x9 windows (7x7 planes) 0.33, 16x16 to 18x18 (14x14) 0.70-0.75, but 30x30 (28x28)
-# 1.26-1.34 and 57x57 and up 1.13-1.8 (the channels-last copies in and out grow past L1)
-DEPTHWISE_BLOCKED_MAX_PIXELS = 24 * 24
+# float32 depthwise 2-D convs run a row of output pixels to a vector (kernels.conv.conv_depthwise_rows, column
+# strides 1 and 2) where a row fills at least this fraction of a vector's LANES; narrower ones channels-last, a
+# vector of channels per pixel (conv_depthwise_blocked), whose copies in and out cost less than the empty lanes.
+# One Emerald Rapids thread, the kernels alone, rows / blocked: 88 channels 3x3 at 28x28 41 / 79 us, 72 at 56x56
+# stride 2 (28x28 out) 61 / 185; 240 5x5 at 14x14 137 / 94, 576 at 7x7 156 / 59, 96 at 28x28 stride 2 93 / 60
+DEPTHWISE_ROWS_MIN_FILL = (3, 4)
 # float32 2-D pools whose padded plane and output plane have at most these many pixels run channels-last
 # (kernels.pool.pool_blocked), else as separable passes (kernels.pool.pool). In-process A/B, single-op sessions, two
 # Emerald Rapids threads, separable -> channels-last (onnxruntime): 3x3 stride-1 averages over 576 planes of 14x14
@@ -388,8 +388,7 @@ def build_conv(node):
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
         elif (itemsize == 4 and r == 2 and group == xs[1] == m_out
-              and ((out[0] - 1) * s3[1] + (k3[1] - 1) * d3[1] + 1) * ((out[1] - 1) * s3[2] + (k3[2] - 1) * d3[2] + 1)
-              <= DEPTHWISE_BLOCKED_MAX_PIXELS):
+              and (s3[2] > 2 or out[1] * DEPTHWISE_ROWS_MIN_FILL[1] < LANES * DEPTHWISE_ROWS_MIN_FILL[0])):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
@@ -400,7 +399,7 @@ def build_conv(node):
             n_mb = -(-m_out // LANES)
             tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
-        elif direct and itemsize == 4 and r == 2 and group == xs[1] == m_out and out[0] >= 4:
+        elif itemsize == 4 and r == 2 and group == xs[1] == m_out:
             mode = "depthwise-rows"
             tile_rows = m_blocks = 1
             units = n_img * m_out
