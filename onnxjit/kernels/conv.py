@@ -599,7 +599,7 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 
 @njit(cache=True, nogil=True)
-def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
+def conv_depthwise_blocked(x, wt, bias, z, k, s, d, p, kind, act, out, u0, u1):
     """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images, units [u0, u1) of (image, block
     of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit copies its channels of the input,
     channels-last, into a zero-padded window (simd.into_window; in L1 for a 14x14 plane), then accumulates 4
@@ -620,7 +620,6 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
     lanes = _u(LANES)
     window = np.zeros(hp * wp * LANES, dtype=np.float32)  # its padding stays zero: units write the inside only
-    wt = np.zeros(kh * kw * LANES, dtype=np.float32)
     acc = np.empty(oh * ow * LANES, dtype=np.float32)
     flat = np.empty(in_h * in_w * LANES, dtype=np.float32)
     bv = np.zeros(LANES, dtype=np.float32)
@@ -629,7 +628,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     taps = kh * kw
     plane, oplane = in_h * in_w, oh * ow
     r1, c1 = min(hp, in_h + ph), min(wp, in_w + pw)  # the window's rows and columns inside the input
-    xf, wf, of = x.reshape(-1), w.reshape(-1), out.reshape(-1)
+    xf, wf, of = x.reshape(-1), wt.reshape(-1), out.reshape(-1)
     out3 = out.reshape((n_img, n_ch, oplane))
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
     no_bias = bias[:0]
@@ -639,9 +638,8 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
         cb = (u - n * n_blocks) * LANES
         nc = min(LANES, n_ch - cb)
         into_window(xf, (n * n_ch + cb) * plane, plane, nc, in_w, flat, window, wp, ph, pw, r1, c1)
+        w0 = cb * taps  # the block's weight vectors
         for c in range(nc):
-            for t in range(taps):
-                wt[t * LANES + c] = wf[(cb + c) * taps + t]
             bv[c] = bias[cb + c] if bias.size > 0 else np.float32(0)
         b0 = vload(bv, 0)
         for i in range(oh):
@@ -653,7 +651,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                     for b in range(kh):
                         row = _u(((i * sh + b * dh) * wp + j * sw) * LANES)
                         for e in range(kw):
-                            wv = vload(wt, _u((b * kw + e) * LANES))
+                            wv = vload(wf, _u(w0 + (b * kw + e) * LANES))
                             o = row + _u(e * dw) * lanes
                             a0 = vfma(wv, vload(window, o), a0)
                             a1 = vfma(wv, vload(window, o + step), a1)
@@ -670,7 +668,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                     for b in range(kh):
                         row = _u(((i * sh + b * dh) * wp + j * sw) * LANES)
                         for e in range(kw):
-                            a0 = vfma(vload(wt, _u((b * kw + e) * LANES)), vload(window, row + _u(e * dw) * lanes),
+                            a0 = vfma(vload(wf, _u(w0 + (b * kw + e) * LANES)), vload(window, row + _u(e * dw) * lanes),
                                       a0)
                     vstore(acc, _u((i * ow + j) * LANES), vclamp(a0, lo, hi))
                     j += 1
@@ -680,7 +678,7 @@ def conv_depthwise_blocked(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 
 def broadcast_weight_vectors(w):
-    """conv_broadcast's weights: (M, C, KH, KW) as (blocks of LANES output channels, taps, LANES) float32, a
+    """conv_broadcast's and conv_depthwise_blocked's weights: (M, C, KH, KW) as (blocks of LANES output channels, taps, LANES) float32, a
     vector per block and tap, zeros past M; read-only. Made once per weight: packed inside each call, it took
     a third of a 128->32-channel 3x3 conv over 7x7 pixels."""
     m_out = w.shape[0]

@@ -466,8 +466,9 @@ def build_conv(node):
                     (None, ro(w.reshape(w.shape[0], -1)), bias.reshape(1, -1), 1.0, 1.0, b is not None, act.kind,
                      consts, m_blocks, None), (0, None, 9), shape, shape5, units, work, False)
         if mode == "depthwise":
-            return (CallSite(kconv.conv_depthwise_blocked), (None, w5, bias, None, k, s, d, p, act.kind, consts,
-                                                              None), (0, 3, 10), shape, shape5, units, work, False)
+            return (CallSite(kconv.conv_depthwise_blocked), (None, broadcast_weights.of(w), bias, None, k, s, d, p,
+                                                              act.kind, consts, None), (0, 3, 10), shape, shape5,
+                    units, work, False)
         if mode == "broadcast":
             return (CallSite(kconv.conv_broadcast), (None, broadcast_weights.of(w), bias, None, k, s, d, p, tile_rows,
                                                      m_blocks, act.kind, consts, None), (0, 3, 12), shape, shape5,
