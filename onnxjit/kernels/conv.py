@@ -678,9 +678,10 @@ def conv_depthwise_blocked(x, wt, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 
 def broadcast_weight_vectors(w):
-    """conv_broadcast's and conv_depthwise_blocked's weights: (M, C, KH, KW) as (blocks of LANES output channels, taps, LANES) float32, a
-    vector per block and tap, zeros past M; read-only. Made once per weight: packed inside each call, it took
-    a third of a 128->32-channel 3x3 conv over 7x7 pixels."""
+    """conv_broadcast's and conv_depthwise_blocked's weights: (M, C, KH, KW) as (blocks of LANES output channels,
+    taps, LANES) float32, a vector per block and tap, zeros past M; read-only. Made once per weight: packed inside
+    each call, it took a third of a 128->32-channel 3x3 conv over 7x7 pixels (and gathered tap by tap in each
+    unit, a quarter of a 576-channel 5x5 depthwise conv over 7x7)."""
     m_out = w.shape[0]
     n_mb = -(-m_out // LANES)
     wt = np.zeros((n_mb * LANES, w[0].size), dtype=np.float32)
