@@ -11,6 +11,7 @@ over a row of B as (N, K): a constant B gets its transposed copy made once.
 from __future__ import annotations
 
 import functools
+import math
 
 import numba
 import numpy as np
@@ -19,7 +20,8 @@ from onnxjit.kernels import linalg as k
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACKED_CHUNK_BYTES, PARALLEL_GRAIN,
-                            ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, run_units)
+                            ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, ro_reshaped,
+                            run_units)
 from onnxjit.ops.registry import attr, register_op
 from onnxjit.worker_pool import CallSites, thread_count
 
@@ -85,21 +87,61 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
     `sites`: the calling node's CallSites of the float32 and the generic kernel (`dot_sites`), which skip Numba's
     type dispatch (a batch-1 fully connected layer is mostly its step's overhead: in a Loop body, 7-9 us a step
     before)."""
-    m, kk = a.shape
-    n = bt.shape[0]
+    m = a.shape[0]
+    out = np.empty((m, bt.shape[0]), dtype=a.dtype)
+    if sites is None:
+        f32 = a.dtype == bt.dtype == np.float32
+        kernel, rest, units, work = _dot_cols_call(m, a.dtype, bt, c, alpha, beta, has_c, act)
+        run_units(k.dot_cols_f32 if f32 else k.dot_cols, (ro(a),) + rest + (out,), units, work)
+        return out
+    site, rest, units, work = _dot_cols_call(m, a.dtype, bt, c, alpha, beta, has_c, act, sites)
+    site.run((ro(a),) + rest + (out,), units, work)
+    return out
+
+
+def _dot_cols_call(m, dtype, bt, c, alpha, beta, has_c, act, sites=None):
+    """(the kernel's CallSite from `sites`, or the kernel, the arguments between A and the output, units, work) of
+    _dot_cols for M rows of A of this dtype."""
+    n, kk = bt.shape
     work = m * n * kk
     blocks = min(n, thread_count() * CHUNKS_PER_THREAD) if work >= PARALLEL_GRAIN else 1
     cols = max(-(-n // blocks), 16)
-    out = np.empty((m, n), dtype=a.dtype)
-    f32 = a.dtype == bt.dtype == np.float32
-    args = (ro(a), ro(bt), c, alpha, beta, has_c, act.kind, act.consts(a.dtype), cols, out)
-    if sites is None:
-        run_units(k.dot_cols_f32 if f32 else k.dot_cols, args, -(-n // cols), work)
-        return out
+    f32 = dtype == bt.dtype == np.float32
+    rest = (ro(bt), c, alpha, beta, has_c, act.kind, act.consts(dtype), cols)
     # the argument types are fixed by the dtypes and C's dims (ro arrays, C from _compact_c or _no_c); dtypes by
     # their one-letter codes (hashing a dtype costs 0.3-0.6 us)
-    sites[0 if f32 else 1][a.dtype.char, bt.dtype.char, c.dtype.char, c.ndim].run(args, -(-n // cols), work)
-    return out
+    call = (k.dot_cols_f32 if f32 else k.dot_cols) if sites is None else \
+        sites[0 if f32 else 1][dtype.char, bt.dtype.char, c.dtype.char, c.ndim]
+    return call, rest, -(-n // cols), work
+
+
+class FewRowCalls:
+    """A node's few-row products with its constant B (and constant or no C), prepared per A's shape and dtype: the
+    CallSite and every argument but A and the output made once, so that a run makes A's read-only view and the
+    output and calls the kernel (Gemm's and MatMul's checks, C's and B's views, the thread count and the split
+    cost 2-3 us of a batch-1 step's 5)."""
+
+    __slots__ = ("calls",)
+
+    def __init__(self):
+        self.calls: dict = {}
+
+    def run(self, a):
+        """The product for A, or None where it was not prepared for A's shape and dtype."""
+        call = self.calls.get((a.shape, a.dtype.char))
+        if call is None:
+            return None
+        site, rest, units, work, rows, shape = call
+        out = np.empty((rows, rest[0].shape[0]), dtype=a.dtype)
+        site.run((ro_reshaped(a, (rows, -1)),) + rest + (out,), units, work)
+        return out if shape is None else out.reshape(shape)
+
+    def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None):
+        """Prepare A's calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it; `shape` the output's shape
+        where it is not (rows, N)."""
+        rows = math.prod(a.shape[:-1])
+        site, rest, units, work = _dot_cols_call(rows, a.dtype, bt, c, alpha, beta, has_c, act, sites)
+        self.calls[(a.shape, a.dtype.char)] = (site, rest, units, work, rows, shape)
 
 
 def dot_sites() -> tuple[CallSites, CallSites]:
@@ -132,8 +174,13 @@ def build_gemm(node):
     sites = dot_sites()
     const_c = constant_input(node, 2) if n_in == 3 else None
     compact_c = {}  # (M, N) -> a constant C as _compact_c makes it
+    few_rows = FewRowCalls()  # with the constant B and C
 
     def run(a, b, c=None):
+        if c is const_c and packed.holds(b):
+            y = few_rows.run(a)
+            if y is not None:
+                return (y,)
         if a.ndim != 2 or b.ndim != 2:
             raise ValueError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
         a = np.ascontiguousarray(a.T if trans_a else a)
@@ -157,7 +204,10 @@ def build_gemm(node):
                 y += (beta * np.broadcast_to(cc, (m, n))).astype(a.dtype)
             return (act.apply(y),)
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
-            y = _dot_cols(a, b if trans_b else bt_cache.of(b), cc, alpha, beta, has_c, act, sites)
+            bt = b if trans_b else bt_cache.of(b)
+            y = _dot_cols(a, bt, cc, alpha, beta, has_c, act, sites)
+            if not trans_a and c is const_c and packed.holds(b):
+                few_rows.prepare(a, bt, cc, alpha, beta, has_c, act, sites)
         else:
             y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
         return (y,)
@@ -170,11 +220,12 @@ register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=None):
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=None, few_rows=None):
     """act(a @ b + c) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast; `c`
     (FusedMatMul's bias, optional) must broadcast to the product's shape without changing it. `bt_cache` may hold
     the transposed copy of a constant B, `packed` its packed_gemm form, `sites` the node's _dot_cols
-    CallSites. A bias along the columns of a product
+    CallSites, `few_rows` its FewRowCalls, prepared here for the constant B and the C given (the caller runs
+    them for that B and C only). A bias along the columns of a product
     with a 2-D B is the GEMM's C (added in its epilogue); any other goes through numpy."""
     if c is not None:
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
@@ -206,6 +257,8 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=No
         beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
             y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
+            if few_rows is not None and not (a_vec or b_vec):
+                few_rows.prepare(a, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites, batch + (m, n))
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
             y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
@@ -248,7 +301,16 @@ def build_matmul(node):
     bt_cache = ConstantDerived(const_b, _transposed)
     packed = ConstantDerived(const_b, _packed)
     sites = dot_sites()
-    return lambda a, b, c=None: (matmul(a, b, bt_cache, act, packed, c, sites),)
+    const_c = constant_input(node, 2) if n_in == 3 else None
+    few_rows = FewRowCalls()  # with the constant B and C
+
+    def run(a, b, c=None):
+        if c is const_c and bt_cache.holds(b):
+            y = few_rows.run(a)
+            if y is not None:
+                return (y,)
+        return (matmul(a, b, bt_cache, act, packed, c, sites, few_rows if c is const_c else None),)
+    return run
 
 
 for _v in (1, 9, 13):
