@@ -346,6 +346,8 @@ def build_identity(node):
         # tensors pass as they are (no copy); a sequence as a new list of the same tensors (a later op that
         # appends to one list must not change the other); an empty optional (None) stays None
         return (list(x) if isinstance(x, list) else x,)
+    # of a tensor, the output is the input: the executor's straight-line runner names it so without a call
+    run.passes_through = isinstance(node.inputs[0].type if node.inputs[0] is not None else None, TensorType)
     return run
 
 

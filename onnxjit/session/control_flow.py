@@ -23,6 +23,15 @@ def _attr(node: Node, name: str, default: Any = None) -> Any:
     return default if a is None else a.value
 
 
+def _read_only(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+# a Loop body's condition input, made once: read-only, so a body passing it on as an output shares nothing writable
+_TRUE, _FALSE = _read_only(np.array(True)), _read_only(np.array(False))
+
+
 def _scalar_bool(v: Any) -> bool:
     if type(v) is np.ndarray and v.ndim == 0:  # the common case, 0.1 us against 1.5
         return bool(v)
@@ -75,7 +84,7 @@ def _loop(node, bodies, outer_of):
             if reads_i:
                 feeds[names[0]] = np.array(i, dtype=np.int64)
             if reads_cond:
-                feeds[names[1]] = np.array(keep_going, dtype=bool)
+                feeds[names[1]] = _TRUE if keep_going else _FALSE
             outs = body.run(feeds, outer)
             # the spec says a body's cond is ignored when the Loop has no cond input; onnxruntime stops on it
             keep_going = _scalar_bool(outs[0])

@@ -183,10 +183,10 @@ class CompiledGraph:
         if self._straight is None:
             self._straight = self._straight_runner()
         runner, arg_vars = self._straight
-        env = dict(self._overridable)
-        if outer:
-            env.update(outer)
-        env.update(feeds)
+        if outer or self._overridable:
+            env = {**self._overridable, **outer, **feeds} if outer else {**self._overridable, **feeds}
+        else:
+            env = feeds  # the runner only reads it
         bound = self.plan_for(feeds).bound if self._binds else None
         try:
             outs = runner(env, bound)
@@ -238,13 +238,19 @@ class CompiledGraph:
             arg_vars.append(described)
             body.append(f"    i = {i}")
             call = ", ".join(args)
-            if step.bind is not None:
+            alias = getattr(step.fn, "passes_through", False) and bool(step.outputs[0]) and args[0] != "None"
+            if alias:
+                # an Identity of a tensor: its output is its input, named without a call (in a Loop body, the
+                # condition and a scan output passed on: half a microsecond each, every iteration)
+                produced.add(step.outputs[0])
+                body.append(f"    {var(step.outputs[0])} = {args[0]}")
+            elif step.bind is not None:
                 body.append(f"    o = _bound_kernel(bound, {i}, [{call}])({call})")
             else:
                 consts[f"f{i}"] = step.fn
                 body.append(f"    o = f{i}({call})")
             for k, n in enumerate(step.outputs):
-                if n:
+                if n and not alias:
                     produced.add(n)
                     body.append(f"    {var(n)} = o[{k}]")
             dead = [names[n] for n in self.frees[i] if n in names]
