@@ -129,13 +129,18 @@ def test_overridable_initializer_is_not_a_constant():
     check(model, {"x": randn(3), "w": randn(3)}, {"Add": 1, "Mul": 1})
 
 
-def test_dequantize_of_a_constant_folds():
-    nodes = [helper.make_node("DequantizeLinear", ["wq", "scale", "zp"], ["w"]),
+@pytest.mark.parametrize("opset", [10, 13, 19])
+def test_dequantize_of_a_constant_folds(opset):
+    """At every opset: onnx.reference has no DequantizeLinear before 19, which the fallback's fixes supply (a QDQ
+    model at opset 13 had its weights dequantized at every run)."""
+    per_axis = opset >= 13  # a scale and zero point per column
+    nodes = [helper.make_node("DequantizeLinear", ["wq", "scale", "zp"], ["w"], **({"axis": 1} if per_axis else {})),
              helper.make_node("MatMul", ["x", "w"], ["y"])]
     model = make_model(nodes, [tensor("x", TP.FLOAT, [2, 3])], [tensor("y", TP.FLOAT, [2, 4])],
                        initializers=[init("wq", rng.integers(-100, 100, (3, 4)).astype(np.int8)),
-                                     init("scale", np.array(0.05, np.float32)), init("zp", np.array(3, np.int8))],
-                       opset=19)
+                                     init("scale", np.array([0.05, 0.1, 0.2, 0.3] if per_axis else 0.05, np.float32)),
+                                     init("zp", np.array([3, 0, -2, 1] if per_axis else 3, np.int8))],
+                       opset=opset)
     # onnxruntime's own optimizations turn DQ + MatMul into a MatMul that quantizes x too: compare with its plain run
     check(model, {"x": randn(2, 3)}, {"DequantizeLinear": 0, "MatMul": 1}, reference=ort_run_unoptimized)
 

@@ -136,6 +136,19 @@ class Scatter(OpRun):
         return (out,)
 
 
+def _dequantize_linear_before_19() -> type[OpRun]:
+    from onnx.reference.ops.op_dequantize_linear import DequantizeLinear_19
+
+    class DequantizeLinear_10(DequantizeLinear_19):  # noqa: N801 - onnx.reference reads the opset from the name
+        """DequantizeLinear-10 and -13 as -19 computes them for their integer inputs: the reference has no
+        version before 19, so neither the fallback provider nor constant folding could run them (a QDQ model's
+        weights were dequantized at every run, and its convs packed their weights anew each time)."""
+
+        op_domain = ""
+
+    return DequantizeLinear_10
+
+
 FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
     ("", "BatchNormalization"): {7: BatchNormalizationInference, 14: None},
     ("", "GlobalMaxPool"): {1: GlobalMaxPool},
@@ -146,6 +159,7 @@ FIXES: dict[tuple[str, str], dict[int, type[OpRun] | None]] = {
     ("", "Identity"): {1: Identity},
     ("ai.onnx.ml", "DictVectorizer"): {1: DictVectorizer},
     ("", "Scatter"): {9: Scatter},
+    ("", "DequantizeLinear"): {10: _dequantize_linear_before_19(), 19: None},
 }
 
 
