@@ -290,3 +290,44 @@ def test_activations_keep_nan_and_infinities_as_onnxruntime(op):
     x = np.array([np.nan, -np.inf, np.inf, -2.5, -0.0, 0.0, 3.0], np.float32)
     got, want = _both(model, {"x": x})
     np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("elem,zero_point", [(TensorProto.INT8, 3), (TensorProto.UINT8, 128), (TensorProto.INT16, -5),
+                                             (TensorProto.UINT16, 30000), (TensorProto.UINT8, None)])
+def test_quantize_dequantize_pair_is_one_kernel_bit_for_bit(elem, zero_point):
+    """A per-tensor QuantizeLinear -> DequantizeLinear pair (a QDQ model's, on every activation) joins the
+    elementwise chain around it as scalar expressions: the integer value, read outside as an output too, and the
+    float one equal onnxruntime's for every element (rounding to even, saturation, NaN and infinities)."""
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [], [0.02])]
+    q_in = ["r", "s"]
+    if zero_point is not None:
+        inits.append(helper.make_tensor("z", elem, [], [zero_point]))
+        q_in.append("z")
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("QuantizeLinear", q_in, ["q"]),
+             helper.make_node("DequantizeLinear", ["q", *q_in[1:]], ["d"]), helper.make_node("Mul", ["d", "d"], ["y"])]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3, 40, 40])],
+                   [_vi("y", TensorProto.FLOAT, None), _vi("q", elem, None)], inits, opset=21)
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert _groups(sess) == [["Relu", "QuantizeLinear", "DequantizeLinear", "Mul"]]
+    x = (np.random.default_rng(0).standard_normal((2, 3, 40, 40)) * 400).astype(np.float32)
+    x[0, 0, 0, :6] = [np.nan, np.inf, -np.inf, 0.01, 0.03, 0.05]  # 0.5 and 1.5 steps: ties to even
+    got = sess.run(None, {"x": x})
+    want = onnxruntime.InferenceSession(model).run(None, {"x": x})
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def test_per_axis_quantization_stays_on_its_kernel():
+    """A scale per channel is not one scalar expression: the pair runs on ops/quantize.py's kernels, unfused."""
+    inits = [helper.make_tensor("s", TensorProto.FLOAT, [3], [0.02, 0.05, 0.1]),
+             helper.make_tensor("z", TensorProto.INT8, [3], [0, 3, -7])]
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], axis=1),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=1)]
+    model = _model(nodes, [_vi("x", TensorProto.FLOAT, [2, 3, 4])], [_vi("y", TensorProto.FLOAT, None)], inits,
+                   opset=13)
+    sess = onnxjit.InferenceSession(model, NATIVE)
+    assert _groups(sess) == []
+    x = np.random.default_rng(1).standard_normal((2, 3, 4)).astype(np.float32)
+    got, want = _both(model, {"x": x})
+    np.testing.assert_array_equal(got[0], want[0])

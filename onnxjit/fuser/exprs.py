@@ -303,7 +303,52 @@ def fusable(node: Node) -> bool:
             return False
     if node.op_type in ("Cast", "CastLike") and out_t.elem_type not in _NATIVE | _VIA_FLOAT32:
         return False
+    if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+        return _per_tensor_quantization(node)
     return True
+
+
+# --- QuantizeLinear / DequantizeLinear with one scale and zero point ------------------------------------------
+# computed as ops/quantize.py's kernels compute them, so that the Q -> DQ pair a QDQ model puts on each activation
+# is one pass with no integer array in between (and joins the elementwise ops around it)
+_QUANTIZED = {TensorProto.INT8: (-128, 127), TensorProto.UINT8: (0, 255), TensorProto.INT16: (-32768, 32767),
+              TensorProto.UINT16: (0, 65535)}
+
+
+@expr("QuantizeLinear", ALL_NUM, 2)
+def _quantize(c, a):
+    lo, hi = _QUANTIZED[c.node.outputs[0].type.elem_type]
+    zero_point = f"np.float32({a[2]})" if len(a) > 2 and a[2] else "np.float32(0)"
+    return f"S.quantize({a[0]}, {a[1]}, {zero_point}, np.float32({lo}), np.float32({hi}))"
+
+
+@expr("DequantizeLinear", ALL_NUM, 2)
+def _dequantize(c, a):
+    # the difference in int64 (uint8 - uint8 would wrap), exact, then one rounding to float32
+    q = f"(np.int64({a[0]}) - np.int64({a[2]}))" if len(a) > 2 and a[2] else a[0]
+    return f"np.float32({q}) * {a[1]}"
+
+
+def _one_value(v) -> bool:
+    t = v.type if v is not None else None
+    return isinstance(t, TensorType) and t.shape is not None and len(t.shape) <= 1 and \
+        all(isinstance(d, int) and d == 1 for d in t.shape)
+
+
+def _per_tensor_quantization(node: Node) -> bool:
+    """Whether a QuantizeLinear / DequantizeLinear is one the scalar expressions compute: one float32 scale and
+    (optional) zero point, no blocks, a float32 x to quantize into 8 or 16 bits, or such integers (or int32) to
+    dequantize into float32."""
+    ins = list(node.inputs) + [None] * (3 - len(node.inputs))
+    x, scale, zero_point = ins[:3]
+    if not (_one_value(scale) and scale.type.elem_type == TensorProto.FLOAT) or attr(node, "block_size", 0) or \
+            (zero_point is not None and not _one_value(zero_point)) or int(attr(node, "precision", 0) or 0) not in (
+            0, TensorProto.FLOAT) or x is None or not isinstance(x.type, TensorType):
+        return False
+    out = node.outputs[0].type.elem_type
+    if node.op_type == "QuantizeLinear":
+        return x.type.elem_type == TensorProto.FLOAT and out in _QUANTIZED
+    return out == TensorProto.FLOAT and (x.type.elem_type in _QUANTIZED or x.type.elem_type == TensorProto.INT32)
 
 
 # --- reductions as a group's output stage ----------------------------------------------------------------------

@@ -82,3 +82,11 @@ def shift_right(a, b, bits):
     if b < 0 or b >= bits:
         return a * 0 - 1 if a < 0 else a * 0
     return a >> b
+
+
+@njit(inline="always", cache=True)
+def quantize(x, scale, zero_point, lo, hi):
+    """QuantizeLinear's value before its cast to the integer type: rint(x / scale) + zero_point in float32,
+    saturated to [lo, hi], NaN to lo (as kernels.quantize.quantize computes it)."""
+    v = np.rint(np.float32(x) / scale) + zero_point
+    return hi if v > hi else (v if v >= lo else lo)

@@ -203,3 +203,10 @@ def pymod(a, b):
     else:
         m = math.copysign(m * 0, b)
     return m
+
+
+@cuda.jit(device=True)
+def quantize(x, scale, zero_point, lo, hi):
+    """fuser/scalar.py's quantize (which calls numpy's rint): QuantizeLinear's value before its integer cast."""
+    v = rint(float32(x) / scale) + zero_point
+    return hi if v > hi else (v if v >= lo else lo)
