@@ -116,32 +116,38 @@ def _dot_cols_call(m, dtype, bt, c, alpha, beta, has_c, act, sites=None):
 
 
 class FewRowCalls:
-    """A node's few-row products with its constant B (and constant or no C), prepared per A's shape and dtype: the
-    CallSite and every argument but A and the output made once, so that a run makes A's read-only view and the
-    output and calls the kernel (Gemm's and MatMul's checks, C's and B's views, the thread count and the split
-    cost 2-3 us of a batch-1 step's 5)."""
+    """A node's few-row products with its constant B, prepared per A's shape and dtype (and C's, where C is computed
+    in the run): the CallSite and every other argument made once, so that a run makes A's read-only view, C's
+    compact form and the output and calls the kernel (Gemm's and MatMul's checks, B's view, the thread count and
+    the split cost 2-3 us of a batch-1 step's 5)."""
 
     __slots__ = ("calls",)
 
     def __init__(self):
         self.calls: dict = {}
 
-    def run(self, a):
-        """The product for A, or None where it was not prepared for A's shape and dtype."""
-        call = self.calls.get((a.shape, a.dtype.char))
+    def run(self, a, c=None):
+        """The product for A (and the run's C, None where C is the node's constant or absent), or None where it
+        was not prepared for their shapes and dtypes."""
+        call = self.calls.get((a.shape, a.dtype.char) if c is None else (a.shape, a.dtype.char, c.shape, c.dtype.char))
         if call is None:
             return None
         site, rest, units, work, rows, shape = call
-        out = np.empty((rows, rest[0].shape[0]), dtype=a.dtype)
+        n = rest[0].shape[0]
+        if c is not None:
+            rest = (rest[0], _compact_c(c, rows, n)) + rest[2:]
+        out = np.empty((rows, n), dtype=a.dtype)
         site.run((ro_reshaped(a, (rows, -1)),) + rest + (out,), units, work)
         return out if shape is None else out.reshape(shape)
 
-    def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None):
-        """Prepare A's calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it; `shape` the output's shape
-        where it is not (rows, N)."""
+    def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None, runtime_c=None):
+        """Prepare A's calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it (`runtime_c`: the run's C,
+        compacted anew in each run of its shape); `shape` the output's where it is not (rows, N)."""
         rows = math.prod(a.shape[:-1])
         site, rest, units, work = _dot_cols_call(rows, a.dtype, bt, c, alpha, beta, has_c, act, sites)
-        self.calls[(a.shape, a.dtype.char)] = (site, rest, units, work, rows, shape)
+        key = (a.shape, a.dtype.char) if runtime_c is None else (a.shape, a.dtype.char, runtime_c.shape,
+                                                                  runtime_c.dtype.char)
+        self.calls[key] = (site, rest, units, work, rows, shape)
 
 
 def dot_sites() -> tuple[CallSites, CallSites]:
@@ -177,8 +183,8 @@ def build_gemm(node):
     few_rows = FewRowCalls()  # with the constant B and C
 
     def run(a, b, c=None):
-        if c is const_c and packed.holds(b):
-            y = few_rows.run(a)
+        if packed.holds(b):  # the run's C where it is not the constant (a Scan body's h @ W + x @ U)
+            y = few_rows.run(a, c if c is not const_c and beta != 0.0 else None)
             if y is not None:
                 return (y,)
         if a.ndim != 2 or b.ndim != 2:
@@ -206,8 +212,9 @@ def build_gemm(node):
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
             bt = b if trans_b else bt_cache.of(b)
             y = _dot_cols(a, bt, cc, alpha, beta, has_c, act, sites)
-            if not trans_a and c is const_c and packed.holds(b):
-                few_rows.prepare(a, bt, cc, alpha, beta, has_c, act, sites)
+            if not trans_a and packed.holds(b):
+                few_rows.prepare(a, bt, cc, alpha, beta, has_c, act, sites,
+                                 runtime_c=c if c is not const_c and has_c else None)
         else:
             y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
         return (y,)
