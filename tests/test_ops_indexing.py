@@ -171,10 +171,11 @@ def test_gather_initializer_indices_and_scalar_string():
 
 
 @pytest.mark.parametrize("shape,axis,index", [((3, 5, 1, 4), 0, -1), ((1, 3, 4), 1, 2), ((1, 1, 5), 2, 0),
-                                              ((0, 3), 1, 1)])
+                                              ((0, 3), 1, 1), ((1, 3), 1, [2]), ((4, 2), 0, [[1]])])
 def test_gather_one_index_behind_unit_dims(shape, axis, index):
-    """One index behind dims of size 1 (q, k and v taken from a stacked projection) is a block of the input, which
-    the kernel hands out as a view: values as onnxruntime's, an out-of-range index still an error."""
+    """One index (a scalar or a one-element tensor) behind dims of size 1 (q, k and v taken from a stacked
+    projection, a column of a one-row batch) is a block of the input, which the kernel hands out as a view: values
+    and shapes as onnxruntime's, an out-of-range index still an error."""
     x = arr(shape, np.float32)
     check("Gather", [("x", x, False), ("i", np.array(index, np.int64), True)], 13, [TensorProto.FLOAT], axis=axis)
     run_error("Gather", [("x", x, False), ("i", np.array(shape[axis], np.int64), False)], 13, [TensorProto.FLOAT],

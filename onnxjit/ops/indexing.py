@@ -108,10 +108,11 @@ def build_gather(node):
                 idx = checked[data.shape[a]] = _indices(indices, data.shape[a], "Gather")
         else:
             idx = _indices(indices, data.shape[a], "Gather")
-        if idx.ndim == 0 and math.prod(data.shape[:a]) == 1:
-            # one index behind unit dims (q, k and v taken from a stacked projection): a contiguous block, its view
-            i = int(idx)
-            return (data[(0,) * a + (slice(i, i + 1),)].reshape(data.shape[:a] + data.shape[a + 1:]),)
+        if idx.size == 1 and math.prod(data.shape[:a]) == 1:
+            # one index behind unit dims (q, k and v taken from a stacked projection; a column of a one-row
+            # batch): a contiguous block, its view
+            i = int(idx.reshape(-1)[0])
+            return (data[(0,) * a + (slice(i, i + 1),)].reshape(data.shape[:a] + idx.shape + data.shape[a + 1:]),)
         out = np.take(data, idx.reshape(-1), axis=a)
         return (out.reshape(data.shape[:a] + idx.shape + data.shape[a + 1:]),)
     return run
