@@ -493,6 +493,13 @@ def conv_direct(x, w, bias, z, group, k, s, d, p, kind, act, out, u0, u1):
                 activate(of, o0, o0 + oh * ow, kind, act)
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _load_columns(xf, at, bits, sw):
+    """The LANES columns sw apart from xf[at] that `bits` (simd.columns) allows, zeros elsewhere (sw 1 or 2; a
+    branch the compiler takes out of the loops)."""
+    return vload_cols(xf, at, bits) if sw == 1 else vload_even_cols(xf, at, bits)
+
+
 @njit(cache=True, nogil=True)
 def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
     """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images with column stride 1 or 2, units
@@ -546,24 +553,14 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
                     for e in range(kw):
                         wv = vsplat(wf[_u(w0 + ta * kw + e)])
                         m = masks[e]
-                        if sw == 1:
-                            if ok0:
-                                a0 = vfma(wv, vload_cols(xf, at, m), a0)
-                            if ok1:
-                                a1 = vfma(wv, vload_cols(xf, at + step, m), a1)
-                            if ok2:
-                                a2 = vfma(wv, vload_cols(xf, at + 2 * step, m), a2)
-                            if ok3:
-                                a3 = vfma(wv, vload_cols(xf, at + 3 * step, m), a3)
-                        else:
-                            if ok0:
-                                a0 = vfma(wv, vload_even_cols(xf, at, m), a0)
-                            if ok1:
-                                a1 = vfma(wv, vload_even_cols(xf, at + step, m), a1)
-                            if ok2:
-                                a2 = vfma(wv, vload_even_cols(xf, at + 2 * step, m), a2)
-                            if ok3:
-                                a3 = vfma(wv, vload_even_cols(xf, at + 3 * step, m), a3)
+                        if ok0:
+                            a0 = vfma(wv, _load_columns(xf, at, m, sw), a0)
+                        if ok1:
+                            a1 = vfma(wv, _load_columns(xf, at + step, m, sw), a1)
+                        if ok2:
+                            a2 = vfma(wv, _load_columns(xf, at + 2 * step, m, sw), a2)
+                        if ok3:
+                            a3 = vfma(wv, _load_columns(xf, at + 3 * step, m, sw), a3)
                         at += dw
                 # stored from registers (the stores written out here: helpers taking the arrays made Numba count
                 # references to them around every call, atomics that took most of the time)
