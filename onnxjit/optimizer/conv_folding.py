@@ -100,9 +100,12 @@ def fold_conv_scale_bias(graph: Graph, ctx: PassContext) -> int:
         else:
             continue
         taken = taken if taken is not None else graph.names()
-        new_w = w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))
-        set_input(conv, 1, graph.add_initializer(fresh_name(graph, f"{conv.inputs[1].name}_folded", taken),
-                                                 new_w.astype(w.dtype)))
+        factor = scale.reshape((-1,) + (1,) * (w.ndim - 1))
+        # float32 weights scaled in float32 (as onnxruntime's fusion does; a rounding of the factor, one of the
+        # product): in float64 the copies took 0.1 s of resnet50's session creation, a tenth in float32
+        new_w = w * factor.astype(np.float32) if w.dtype == np.float32 else \
+            (w.astype(np.float64) * factor).astype(w.dtype)
+        set_input(conv, 1, graph.add_initializer(fresh_name(graph, f"{conv.inputs[1].name}_folded", taken), new_w))
         bias_name = b_in.name if b_in is not None else f"{conv.inputs[1].name}_bias"
         set_input(conv, 2, graph.add_initializer(fresh_name(graph, f"{bias_name}_folded", taken),
                                                  bias.astype(w.dtype)))
