@@ -103,13 +103,14 @@ def test_network_kernels_have_no_masked_stores():
                              [numpy_helper.from_array(rng.standard_normal((40, 400, 3)).astype(np.float32), "W")])
     onnxjit.InferenceSession(helper.make_model(deep, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
                              ).run(None, {"x": rng.standard_normal((1, 400, 9), dtype=np.float32)})
-    # depthwise convs over a plane larger than conv_depthwise_blocked takes: 2 output rows on conv_direct, more on
-    # conv_depthwise_rows
-    for rows in (2, 30):
+    # depthwise convs over rows wider than conv_depthwise_blocked takes (conv_depthwise_rows), and a grouped one
+    # with a channel multiplier (conv_direct)
+    for outs, rows in ((2, 2), (2, 30), (4, 30)):
         plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
                                   [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, rows, 300])],
-                                  [helper.make_tensor_value_info("y", T.FLOAT, [1, 2, rows, 300])],
-                                  [numpy_helper.from_array(rng.standard_normal((2, 1, 3, 3)).astype(np.float32), "W")])
+                                  [helper.make_tensor_value_info("y", T.FLOAT, [1, outs, rows, 300])],
+                                  [numpy_helper.from_array(rng.standard_normal((outs, 1, 3, 3)).astype(np.float32),
+                                                           "W")])
         onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)])
                                  .SerializeToString()).run(None, {"x": rng.standard_normal((1, 2, rows, 300),
                                                                                           dtype=np.float32)})
@@ -159,3 +160,27 @@ def test_onnxjit_functions_prefer_the_cpus_vector_width():
     assert (attribute in "".join(ours.inspect_llvm().values())) == HAS_AVX512
     assert attribute not in "".join(elsewhere.inspect_llvm().values())
     assert ("zmm" in "".join(ours.inspect_asm().values())) == HAS_AVX512
+
+
+@pytest.mark.skipif(not HAS_AVX, reason="checks x86 AVX machine code")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["f32", "f64"])
+def test_max_and_min_reductions_are_vector_loops(dtype):
+    """The fused kernels' ReduceMax and ReduceMin update (fuser/scalar.py fmaximum, fminimum: LLVM's NaN-propagating
+    maximum and minimum) compiles to packed max/min instructions, where fmax's compare-and-select carried from one
+    element to the next stayed scalar; the result keeps a NaN."""
+    from onnxjit.fuser import scalar as S
+
+    def reduce_both(x):
+        hi, lo = x.dtype.type(-np.inf), x.dtype.type(np.inf)
+        for i in range(x.size):
+            hi = S.fmaximum(hi, x[i])
+            lo = S.fminimum(lo, x[i])
+        return hi, lo
+
+    x = np.linspace(-3, 5, 1001).astype(dtype)
+    asm = _asm(reduce_both, x)
+    assert re.search(r"\bvmaxp[sd]\s+%[yz]mm", asm) and re.search(r"\bvminp[sd]\s+%[yz]mm", asm)
+    fresh = numba.njit(reduce_both)
+    assert fresh(x) == (5, -3)
+    x[500] = np.nan
+    assert all(np.isnan(v) for v in fresh(x))

@@ -356,8 +356,8 @@ def _per_tensor_quantization(node: Node) -> bool:
 REDUCTIONS: dict[str, tuple[str, str, str]] = {
     "ReduceSum": ("0", "acc + v", "acc"),
     "ReduceMean": ("0", "acc + v", "acc / n"),
-    "ReduceMax": ("-inf", "S.fmax(acc, v)", "acc"),
-    "ReduceMin": ("inf", "S.fmin(acc, v)", "acc"),
+    "ReduceMax": ("-inf", "S.fmaximum(acc, v)", "acc"),
+    "ReduceMin": ("inf", "S.fminimum(acc, v)", "acc"),
     "ReduceProd": ("1", "acc * v", "acc"),
     "ReduceSumSquare": ("0", "acc + v * v", "acc"),
     "ReduceL1": ("0", "acc + abs(v)", "acc"),

@@ -3,6 +3,10 @@
 Plain math, inlined into the kernel's loop by Numba.
 """
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.core.extending import intrinsic
 
 from onnxjit.cache.jit import njit
 
@@ -90,3 +94,29 @@ def quantize(x, scale, zero_point, lo, hi):
     saturated to [lo, hi], NaN to lo (as kernels.quantize.quantize computes it)."""
     v = np.rint(np.float32(x) / scale) + zero_point
     return hi if v > hi else (v if v >= lo else lo)
+
+
+def _nan_propagating(name):
+    """LLVM's `llvm.maximum` / `llvm.minimum` (NaN if either operand is NaN) on two floats of one type."""
+
+    @intrinsic
+    def call(typingctx, a, b):
+        if not (isinstance(a, types.Float) and a == b):
+            return None
+
+        def codegen(context, builder, sig, args):
+            t = context.get_value_type(sig.args[0])
+            suffix = {ir.FloatType(): "f32", ir.DoubleType(): "f64"}[t]
+            fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t, t]), f"llvm.{name}.{suffix}")
+            return builder.call(fn, args)
+
+        return a(a, b), codegen
+
+    return call
+
+
+# ReduceMax's and ReduceMin's update: a reduction LLVM vectorizes, where fmax's compare and select carried from
+# one element to the next kept it scalar (a ReduceMax over 225,792 floats, one Emerald Rapids thread: 567 -> 39
+# us; onnxruntime 47). NaN propagates as in fmax; of two zeros the max is +0 and the min -0.
+fmaximum = _nan_propagating("maximum")
+fminimum = _nan_propagating("minimum")

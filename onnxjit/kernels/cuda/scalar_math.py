@@ -185,6 +185,7 @@ def erf(x):
 _device = cuda.jit(device=True)
 idiv, ipow, fmax, fmin, shift_left, shift_right = (
     _device(f.py_func) for f in (_cpu.idiv, _cpu.ipow, _cpu.fmax, _cpu.fmin, _cpu.shift_left, _cpu.shift_right))
+fmaximum, fminimum = fmax, fmin  # the CPU target's LLVM intrinsics (for its vectorizer): fmax's NaN rule here
 
 
 @cuda.jit(device=True)
