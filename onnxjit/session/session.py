@@ -223,9 +223,9 @@ class InferenceSession:
             wanted = list(output_names)
         values = self._run_compiled(self._compiled, self._check_feeds(input_feed), run_options)
         if wanted is None:
-            return [_to_output(v) for v in values]
+            return _independent([_to_output(v) for v in values], input_feed)
         by_name = dict(zip(known, values))
-        return [_to_output(by_name[n]) for n in wanted]
+        return _independent([_to_output(by_name[n]) for n in wanted], input_feed)
 
     def _run_compiled(self, compiled: CompiledGraph, feeds: dict[str, Any], run_options: RunOptions | None):
         if self._device_feeds:
@@ -334,6 +334,23 @@ def _set_num_threads(n: int) -> None:
 
 def _node_arg(name: str, t: ValueType | None) -> NodeArg:
     return NodeArg(name, type_string(t), shape_list(t))
+
+
+def _independent(outputs: list[Any], feeds: dict[str, Any]) -> list[Any]:
+    """The outputs with a copy of any view that shares memory with a feed or an earlier output, or is read-only:
+    kernels hand out views (Reshape, Squeeze, Slice and Gather of contiguous blocks, Identity), and as
+    onnxruntime's, a caller's outputs are its own, to write without changing its inputs, another output or a
+    weight. A fresh array (no base) shares nothing."""
+    views = [i for i, o in enumerate(outputs) if type(o) is np.ndarray and o.base is not None]
+    if not views:
+        return outputs
+    others = [f for f in feeds.values() if type(f) is np.ndarray]
+    for i in views:
+        o = outputs[i]
+        if not o.flags.writeable or any(np.may_share_memory(o, f) for f in others) or \
+                any(type(p) is np.ndarray and np.may_share_memory(o, p) for p in outputs[:i]):
+            outputs[i] = o.copy()  # (a read-only view: of a weight, say, which a caller may not write)
+    return outputs
 
 
 def _to_output(v: Any) -> Any:
