@@ -340,8 +340,9 @@ def _independent(outputs: list[Any], feeds: dict[str, Any]) -> list[Any]:
     """The outputs with a copy of any view that shares memory with a feed or an earlier output, or is read-only:
     kernels hand out views (Reshape, Squeeze, Slice and Gather of contiguous blocks, Identity), and as
     onnxruntime's, a caller's outputs are its own, to write without changing its inputs, another output or a
-    weight. A fresh array (no base) shares nothing."""
-    views = [i for i, o in enumerate(outputs) if type(o) is np.ndarray and o.base is not None]
+    weight (or a Loop's condition passed on). A fresh writable array (no base) shares nothing."""
+    views = [i for i, o in enumerate(outputs)
+             if type(o) is np.ndarray and (o.base is not None or not o.flags.writeable)]
     if not views:
         return outputs
     others = [f for f in feeds.values() if type(f) is np.ndarray]
