@@ -89,13 +89,11 @@ def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
     before)."""
     m = a.shape[0]
     out = np.empty((m, bt.shape[0]), dtype=a.dtype)
+    call, rest, units, work = _dot_cols_call(m, a.dtype, bt, c, alpha, beta, has_c, act, sites)
     if sites is None:
-        f32 = a.dtype == bt.dtype == np.float32
-        kernel, rest, units, work = _dot_cols_call(m, a.dtype, bt, c, alpha, beta, has_c, act)
-        run_units(k.dot_cols_f32 if f32 else k.dot_cols, (ro(a),) + rest + (out,), units, work)
-        return out
-    site, rest, units, work = _dot_cols_call(m, a.dtype, bt, c, alpha, beta, has_c, act, sites)
-    site.run((ro(a),) + rest + (out,), units, work)
+        run_units(call, (ro(a),) + rest + (out,), units, work)
+    else:
+        call.run((ro(a),) + rest + (out,), units, work)
     return out
 
 
