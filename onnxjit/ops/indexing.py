@@ -112,7 +112,8 @@ def build_gather(node):
             # one index behind unit dims (q, k and v taken from a stacked projection; a column of a one-row
             # batch): a contiguous block, its view
             i = int(idx.reshape(-1)[0])
-            return (data[(0,) * a + (slice(i, i + 1),)].reshape(data.shape[:a] + idx.shape + data.shape[a + 1:]),)
+            block = data[(0,) * a + (slice(i, i + 1),)].reshape(data.shape[:a] + idx.shape + data.shape[a + 1:])
+            return (block if block.flags.c_contiguous else block.copy(),)  # (of a fed array with other strides)
         out = np.take(data, idx.reshape(-1), axis=a)
         return (out.reshape(data.shape[:a] + idx.shape + data.shape[a + 1:]),)
     return run
