@@ -4,7 +4,8 @@ Tile, Pad, Shape, Size, ConstantOfShape, Range, DepthToSpace, SpaceToDepth, Tril
 They do no arithmetic on the data (Range aside), so every tensor dtype numpy holds runs here, strings (object
 arrays), bool, float16 and the ml_dtypes types (bfloat16, float8, int4) included. Squeeze, Unsqueeze and Identity
 return views of their input (never a copy); Slice and Split return a view when it is already C-contiguous, else a
-contiguous copy; the others return new C-contiguous arrays. Index semantics (clamping, negative pads, the uneven
+contiguous copy; the others return new C-contiguous arrays (a graph output that is a view of a feed reaches the
+caller as a copy: session.run's outputs are its own). Index semantics (clamping, negative pads, the uneven
 split of Split-18, Range's accumulation) follow onnxruntime's CPU kernels, including their error cases; opset 27
 and 28 versions, which onnxruntime 1.31 does not load yet, follow the ONNX spec and reference implementation.
 
