@@ -1,6 +1,8 @@
 """Explicit float32 vectors for njit kernels: `F32V`, a vector of LANES float32 values held in registers, and the
-few operations a register-tiled GEMM, a vector dot product and channels-last pooling need (`vload`, `vstore`,
-`vsplat`, `vfma`, `vclamp`, `vmax`, `vsum`, `vtranspose`), and `to_planes`, a channels-last tile back to NCHW.
+few operations a register-tiled GEMM, a vector dot product, channels-last pooling and a depthwise conv's rows need
+(`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`, `vmax`, `vsum`, `vtranspose`; the masked `vload_cols`,
+`vload_even_cols` and `vstore_first` with their `columns` masks), and `to_planes`, a channels-last tile back to
+NCHW.
 
 Why: LLVM's vectorizers did not keep a GEMM tile's accumulators in vector registers. Written with scalar
 accumulators (one per output of a 6x16 tile) or with a local accumulator array, the inner loop of a 1x1 conv
@@ -9,7 +11,8 @@ same loop over these vectors compiles to one broadcast and two vfmadd231ps per r
 
 The vector is LLVM's `<LANES x float>` (16 with AVX2, 32 with AVX-512, two registers either way). Loads and
 stores are unaligned (any element offset). Indices are flat element offsets into a C-contiguous array (unsigned:
-no wraparound checks), unchecked: the caller keeps offset + LANES inside the array.
+no wraparound checks), unchecked: the caller keeps offset + LANES inside the array, except for the masked ones,
+which touch only the lanes their mask allows.
 """
 from __future__ import annotations
 
