@@ -695,3 +695,34 @@ def test_outputs_never_share_memory_with_feeds_each_other_or_weights():
     w += 3
     assert (x == 1).all() and (y == 2).all() and (z == 3).all()
     np.testing.assert_array_equal(sess.run(None, {"x": x})[2], table[1])
+
+
+def test_outputs_that_are_feeds_or_repeat_a_value_are_copies():
+    """A graph output that is a feed itself (listed as an output, or an Identity of it, which the optimizer
+    removes), and one value listed twice as outputs, come back as separate arrays of the caller's own; a feed that
+    views a larger array of the caller is copied too. A fresh output of a kernel is handed out as it is."""
+    import numpy as np
+    from onnx import TensorProto as TP
+    from onnx import helper
+
+    import onnxjit
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["y"]), helper.make_node("Add", ["x", "x"], ["s"])], "fed",
+        [helper.make_tensor_value_info("x", TP.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info(n, TP.FLOAT, [2, 3]) for n in ("y", "x", "s", "s")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    for level in (onnxjit.GraphOptimizationLevel.ORT_DISABLE_ALL, onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = onnxjit.SessionOptions()
+        so.graph_optimization_level = level
+        sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+        whole = np.arange(12, dtype=np.float32).reshape(4, 3)
+        for x in (np.ones((2, 3), np.float32), whole[1:3]):
+            before = x.copy()
+            outs = sess.run(None, {"x": x})
+            for i, o in enumerate(outs):
+                assert o.flags.writeable and not np.shares_memory(o, x) and not np.shares_memory(o, whole)
+                assert not any(np.shares_memory(o, p) for p in outs[:i])
+                o += 1
+            np.testing.assert_array_equal(x, before)
+            np.testing.assert_array_equal(outs[0], before + 1)
+            np.testing.assert_array_equal(outs[3], before * 2 + 1)
