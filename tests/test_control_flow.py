@@ -295,6 +295,53 @@ def test_scan11_body_reads_outer_scope(rng):
                   "scale": np.array([0.5, 2.0], np.float32)})
 
 
+
+def test_loop_carried_value_grows_every_iteration(rng):
+    """A carried value whose shape changes each iteration (a Concat), read by fused elementwise kernels that bind
+    per shape: each iteration runs with the kernels for its shapes."""
+    body = helper.make_graph([helper.make_node("Concat", ["h_in", "one"], ["grown"], axis=0),
+                              helper.make_node("Add", ["grown", "grown"], ["twice"]),
+                              helper.make_node("Tanh", ["twice"], ["h_out"]),
+                              helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+                             [tensor("i", TP.INT64, []), tensor("cond_in", TP.BOOL, []),
+                              tensor("h_in", TP.FLOAT, None)],
+                             [tensor("cond_out", TP.BOOL, []), tensor("h_out", TP.FLOAT, None)])
+    model = make_model([const("one", np.ones(1, np.float32)), const("trips", np.array(5, np.int64)),
+                        helper.make_node("Loop", ["trips", "", "h0"], ["h"], body=body)],
+                       [tensor("h0", TP.FLOAT, [2])], [tensor("h", TP.FLOAT, None)])
+    got = check(model, {"h0": rng.standard_normal(2, dtype=np.float32)})
+    assert got[0].shape == (7,)
+
+
+@pytest.mark.parametrize("op", ["Loop", "Scan"])
+def test_failure_in_a_body_names_the_step_and_the_node(op):
+    """A kernel failing inside a body (a MatMul of [1, 3] by an outer [4, 2]) raises RuntimeException naming the
+    control-flow node, the body's node and its inputs' shapes."""
+    mm = helper.make_node("MatMul", ["h_in", "W"], ["h_out"], name="body_matmul")
+    if op == "Loop":
+        body = helper.make_graph([mm, helper.make_node("Identity", ["cond_in"], ["cond_out"])], "body",
+                                 [tensor("i", TP.INT64, []), tensor("cond_in", TP.BOOL, []),
+                                  tensor("h_in", TP.FLOAT, [1, 3])],
+                                 [tensor("cond_out", TP.BOOL, []), tensor("h_out", TP.FLOAT, None)])
+        node = helper.make_node("Loop", ["trips", "", "h0"], ["h"], body=body, name="the_loop")
+        extra = [const("trips", np.array(2, np.int64))]
+        inputs = [tensor("h0", TP.FLOAT, [1, 3])]
+        feeds = {"h0": np.ones((1, 3), np.float32)}
+    else:
+        body = helper.make_graph([mm], "body", [tensor("h_in", TP.FLOAT, [1, 3])],
+                                 [tensor("h_out", TP.FLOAT, None)])
+        node = helper.make_node("Scan", ["xs"], ["h"], body=body, num_scan_inputs=1, name="the_loop")
+        extra = []
+        inputs = [tensor("xs", TP.FLOAT, [2, 1, 3])]
+        feeds = {"xs": np.ones((2, 1, 3), np.float32)}
+    model = make_model([*extra, node], inputs + [tensor("W", TP.FLOAT, [4, 2])], [tensor("h", TP.FLOAT, None)],
+                       opset=17)
+    sess = onnxjit.InferenceSession(model.SerializeToString())
+    with pytest.raises(onnxjit.RuntimeException) as info:
+        sess.run(None, {**feeds, "W": np.ones((4, 2), np.float32)})
+    message = str(info.value)
+    assert "the_loop" in message and "body_matmul" in message and "float32[1, 3]" in message, message
+
 # --- SequenceMap -------------------------------------------------------------------------------------------------
 def test_sequence_map_with_extra_inputs_and_outer_scope(rng):
     """Body: (x_i, y_i from a second sequence, b a tensor shared by every iteration, k from the outer scope)."""

@@ -66,47 +66,43 @@ def _if(node, bodies, outer_of):
 
 def _loop(node, bodies, outer_of):
     body = bodies["body"]
-    names = body.input_names
-    n_carried = len(names) - 2
-    carried_names = names[2:]
+    n_carried = len(body.input_names) - 2
     reads_i, reads_cond = _reads(body, 0), _reads(body, 1)
 
     def run_loop(max_trip, cond, *rest):
-        carried, outer_vals = list(rest[:n_carried]), rest[n_carried:]
-        outer = outer_of(body, outer_vals)
+        carried, outer_vals = rest[:n_carried], rest[n_carried:]
+        call = body.caller(outer_of(body, outer_vals))
         trips = None if max_trip is None else int(np.asarray(max_trip).reshape(-1)[0])
         keep_going = True if cond is None else _scalar_bool(cond)
         scan_types = [v.type for v in body.graph.outputs[1 + n_carried:]]
         scans: list[list[Any]] = [[] for _ in scan_types]
         i = 0
+        # an iteration's condition input is always true (the loop stops when it is not); inputs the body does not
+        # read are passed as None
+        cond_in = _TRUE if reads_cond else None
         while keep_going and (trips is None or i < trips):
-            feeds = dict(zip(carried_names, carried))
-            if reads_i:
-                feeds[names[0]] = np.array(i, dtype=np.int64)
-            if reads_cond:
-                feeds[names[1]] = _TRUE if keep_going else _FALSE
-            outs = body.run(feeds, outer)
+            outs = call(np.array(i, dtype=np.int64) if reads_i else None, cond_in, *carried)
             # the spec says a body's cond is ignored when the Loop has no cond input; onnxruntime stops on it
             keep_going = _scalar_bool(outs[0])
-            carried = list(outs[1:1 + n_carried])
-            for acc, v in zip(scans, outs[1 + n_carried:]):
-                acc.append(v)
+            carried = outs[1:1 + n_carried]
+            if scans:
+                for acc, v in zip(scans, outs[1 + n_carried:]):
+                    acc.append(v)
             i += 1
-        return carried + [_stack(acc, t) for acc, t in zip(scans, scan_types)]
+        return list(carried) + [_stack(acc, t) for acc, t in zip(scans, scan_types)]
     return run_loop
 
 
 def _scan_once(body, n_state, states, scans, in_axes, in_dirs, out_axes, out_dirs, outer):
-    names = body.input_names
     length = scans[0].shape[in_axes[0]] if scans else 0
     collected: list[list[np.ndarray]] = [[] for _ in range(len(body.output_names) - n_state)]
+    call = body.caller(outer)
     for t in range(length):
-        feeds = dict(zip(names[:n_state], states))
-        for j, x in enumerate(scans):
-            idx = length - 1 - t if in_dirs[j] else t
-            # along axis 0 a view (the body's kernels never write their inputs), else np.take's copy
-            feeds[names[n_state + j]] = x[idx] if in_axes[j] == 0 else np.asarray(np.take(x, idx, axis=in_axes[j]))
-        outs = body.run(feeds, outer)
+        # along axis 0 a view (the body's kernels never write their inputs), else np.take's copy
+        slices = [x[length - 1 - t if in_dirs[j] else t] if in_axes[j] == 0 else
+                  np.asarray(np.take(x, length - 1 - t if in_dirs[j] else t, axis=in_axes[j]))
+                  for j, x in enumerate(scans)]
+        outs = call(*states, *slices)
         states = outs[:n_state]
         for acc, v in zip(collected, outs[n_state:]):
             acc.append(v)
@@ -164,9 +160,9 @@ def _sequence_map(node, bodies, outer_of):
     def run_sequence_map(seq, *rest):
         extra, outer = rest[:n_in - 1], outer_of(body, rest[n_in - 1:])
         results: list[list[Any]] = [[] for _ in body.output_names]
+        call = body.caller(outer)
         for i in range(len(seq)):
-            args = [seq[i]] + [x[i] if isinstance(x, list) else x for x in extra]
-            for acc, v in zip(results, body.run(dict(zip(body.input_names, args)), outer)):
+            for acc, v in zip(results, call(seq[i], *[x[i] if isinstance(x, list) else x for x in extra])):
                 acc.append(v)
         return results
     return run_sequence_map
