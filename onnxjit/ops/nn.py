@@ -730,61 +730,65 @@ def _pool_builder(kind):
         if kind == "max" and (wanted_outputs(node) != 1 or int(attr(node, "storage_order", 0)) != 0):
             return None  # the Indices output (and column-major indices) are left to the fallback
         attrs = pool_attributes(node, 3)
-        if attrs is None:
-            return None
-        auto_pad, kernel, strides, dilations, pads, ceil_mode, cip = attrs
-        r = len(kernel)
-        cache = {}
-        is_max = kind == "max"
-
-        def plan(xs, dtype):
-            key = (xs, dtype)
-            p = cache.get(key)
-            if p is None:
-                if len(xs) != r + 2:
-                    raise ValueError(f"pooling: input of shape {xs} does not have rank {r + 2}")
-                out, head, tail = pool_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
-                i3, k3, s3, d3, p3, q3, o3 = (pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
-                                                                      (dilations, 1), (head, 0), (tail, 0), (out, 1)))
-                padded = kpool.padded_plane(i3, o3, k3, s3, d3, p3)
-                if is_max:  # no divisors
-                    divisors = (np.empty(0, dtype=dtype),) * 3
-                else:
-                    divisors = tuple(kpool.pool_divisors(kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i],
-                                                                         q3[i]), cip, dtype) for i in range(3))
-                planes = xs[0] * xs[1]
-                # one window over the whole input (inception's last 7x7 average over 6x6 pixels and its padding):
-                # a global pool, one loop per plane
-                whole = (planes > 0 and all(o == 1 for o in o3) and all(v == 1 for v in d3)
-                         and all(0 <= p3[i] and i3[i] <= k3[i] - p3[i] for i in range(3))
-                         and (is_max or not cip or (not any(p3) and k3 == i3)))
-                units = planes
-                if whole:
-                    site = CallSite(kpool.global_max if is_max else kpool.global_avg)
-                elif (dtype == np.float32 and i3[0] == k3[0] == padded[0] == 1
-                      and padded[1] * padded[2] <= POOL_BLOCKED_MAX_PIXELS
-                      and o3[1] * o3[2] <= POOL_BLOCKED_MAX_OUTPUTS):
-                    site = CallSite(kpool.pool_blocked)  # small planes: channels-last, LANES planes a unit
-                    units = -(-planes // LANES)
-                else:
-                    site = CallSite(kpool.pool)  # types fixed by the key
-                p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, k3, s3, d3, p3, padded,
-                                  divisors, planes * math.prod(o3) * math.prod(k3), site, whole, units)
-            return p
-
-        def run(x, out=None):
-            shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole, units = plan(x.shape, x.dtype)
-            if whole:
-                y = np.empty(ys[0], dtype=x.dtype) if out is None else out.reshape(ys[0])
-                site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
-                return (y.reshape(shape),)
-            y = np.empty(ys, dtype=x.dtype) if out is None else out.reshape(ys)
-            pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
-            site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
-            return (y.reshape(shape),)
-        run.writes_into = True  # as Conv's
-        return run
+        return None if attrs is None else pool_runner(kind == "max", attrs)
     return build
+
+
+def pool_runner(is_max: bool, attrs):
+    """run(x, out=None) -> (y,): MaxPool (`is_max`) or AveragePool of float NCHW... arrays, with `attrs` as
+    pool_attributes gives them; planned once per input shape and dtype (also com.microsoft's QLinearAveragePool's
+    float average)."""
+    auto_pad, kernel, strides, dilations, pads, ceil_mode, cip = attrs
+    r = len(kernel)
+    cache = {}
+
+    def plan(xs, dtype):
+        key = (xs, dtype)
+        p = cache.get(key)
+        if p is None:
+            if len(xs) != r + 2:
+                raise ValueError(f"pooling: input of shape {xs} does not have rank {r + 2}")
+            out, head, tail = pool_geometry(xs[2:], kernel, strides, dilations, pads, auto_pad, ceil_mode)
+            i3, k3, s3, d3, p3, q3, o3 = (pad3(v, f) for v, f in ((xs[2:], 1), (kernel, 1), (strides, 1),
+                                                                  (dilations, 1), (head, 0), (tail, 0), (out, 1)))
+            padded = kpool.padded_plane(i3, o3, k3, s3, d3, p3)
+            if is_max:  # no divisors
+                divisors = (np.empty(0, dtype=dtype),) * 3
+            else:
+                divisors = tuple(kpool.pool_divisors(kpool.dim_table(o3[i], s3[i], p3[i], d3[i], k3[i], i3[i],
+                                                                     q3[i]), cip, dtype) for i in range(3))
+            planes = xs[0] * xs[1]
+            # one window over the whole input (inception's last 7x7 average over 6x6 pixels and its padding):
+            # a global pool, one loop per plane
+            whole = (planes > 0 and all(o == 1 for o in o3) and all(v == 1 for v in d3)
+                     and all(0 <= p3[i] and i3[i] <= k3[i] - p3[i] for i in range(3))
+                     and (is_max or not cip or (not any(p3) and k3 == i3)))
+            units = planes
+            if whole:
+                site = CallSite(kpool.global_max if is_max else kpool.global_avg)
+            elif (dtype == np.float32 and i3[0] == k3[0] == padded[0] == 1
+                  and padded[1] * padded[2] <= POOL_BLOCKED_MAX_PIXELS
+                  and o3[1] * o3[2] <= POOL_BLOCKED_MAX_OUTPUTS):
+                site = CallSite(kpool.pool_blocked)  # small planes: channels-last, LANES planes a unit
+                units = -(-planes // LANES)
+            else:
+                site = CallSite(kpool.pool)  # types fixed by the key
+            p = cache[key] = (xs[:2] + tuple(out), (planes,) + i3, (planes,) + o3, k3, s3, d3, p3, padded,
+                              divisors, planes * math.prod(o3) * math.prod(k3), site, whole, units)
+        return p
+
+    def run(x, out=None):
+        shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole, units = plan(x.shape, x.dtype)
+        if whole:
+            y = np.empty(ys[0], dtype=x.dtype) if out is None else out.reshape(ys[0])
+            site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
+            return (y.reshape(shape),)
+        y = np.empty(ys, dtype=x.dtype) if out is None else out.reshape(ys)
+        pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
+        site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
+        return (y.reshape(shape),)
+    run.writes_into = True  # as Conv's
+    return run
 
 
 build_max_pool = _pool_builder("max")

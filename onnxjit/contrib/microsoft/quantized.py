@@ -172,6 +172,23 @@ def average_pool(x: np.ndarray, **attrs) -> np.ndarray:
     return cls(node, {"log": lambda *a: None, "opsets": {"": 19}, "verbose": 0, "new_ops": {}}).run(x)[0]
 
 
+def qlinear_average_pool(x, x_scale, x_zp, y_scale, y_zp, channels_last, average) -> np.ndarray:
+    """quantize(average(dequantize(X))) in float32, X NCHW... or (channels_last) NHWC..., `average` AveragePool of an
+    NCHW float32 array: QLinearAveragePool, for its reference here and the CPU provider's kernel (ops.quantize)."""
+    op = "QLinearAveragePool"
+    check_8bit(op, X=x)
+    if x.ndim < 3:
+        raise ValueError(f"{op}: X must have rank >= 3 (N, C, spatial...), got shape {x.shape}")
+    f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
+        np.float32(scalar(op, "x_scale", x_scale))
+    if channels_last:
+        f = np.moveaxis(f, -1, 1)
+    avg = average(f).astype(np.float32, copy=False)
+    y = saturate(np.rint(avg / np.float32(scalar(op, "y_scale", y_scale)))
+                 + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
+    return np.ascontiguousarray(np.moveaxis(y, 1, -1) if channels_last else y)
+
+
 @reference_op
 class QLinearAveragePool(OpRun):
     """QLinearAveragePool(X, x_scale, x_zero_point?, y_scale, y_zero_point?; AveragePool's attributes and
@@ -179,19 +196,10 @@ class QLinearAveragePool(OpRun):
 
     def _run(self, x, x_scale, x_zp=None, y_scale=None, y_zp=None, auto_pad=None, ceil_mode=None, channels_last=0,
              count_include_pad=None, kernel_shape=None, pads=None, strides=None):
-        op = "QLinearAveragePool"
-        check_8bit(op, X=x)
-        if x.ndim < 3:
-            raise ValueError(f"{op}: X must have rank >= 3 (N, C, spatial...), got shape {x.shape}")
-        f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
-            np.float32(scalar(op, "x_scale", x_scale))
-        if channels_last:
-            f = np.moveaxis(f, -1, 1)
-        avg = average_pool(f, auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
-                           kernel_shape=kernel_shape, pads=pads, strides=strides).astype(np.float32)
-        y = saturate(np.rint(avg / np.float32(scalar(op, "y_scale", y_scale)))
-                     + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
-        return (np.ascontiguousarray(np.moveaxis(y, 1, -1) if channels_last else y),)
+        attrs = dict(auto_pad=auto_pad, ceil_mode=ceil_mode, count_include_pad=count_include_pad,
+                     kernel_shape=kernel_shape, pads=pads, strides=strides)
+        return (qlinear_average_pool(x, x_scale, x_zp, y_scale, y_zp, channels_last,
+                                     lambda f: average_pool(f, **attrs)),)
 
 
 @reference_op
