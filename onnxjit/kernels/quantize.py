@@ -140,6 +140,65 @@ def dot_words(typingctx, acc, a, ai, b, bi):
     return I32V(acc, a, ai, b, bi), codegen
 
 
+@intrinsic
+def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, rs, za, extra, mr, requant, zy, lo, hi, out, o):
+    """out[o:o + IW] = the epilogue of one accumulator vector (see igemm), its columns' terms at zb[jz:],
+    ctr[jc:] and mc[jm:]: acc - zb * rs - za * ctr + extra in wrapping int32 arithmetic, then with `requant`
+    clamp(rint(float32(that) * (mr * mc)), lo, hi) + zy, stored in out's type (truncated to 8 bits as a scalar
+    store would). Written as vector IR: LLVM left the same loop over a tile's 32 columns to its scalar
+    remainder (its vector loop took 64 a pass), 5 cycles a value."""
+    arrays = (zb, ctr, mc, out)
+    indexes = (jz, jc, jm, o)
+    if acc != I32V or not all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 1 for t in arrays) \
+            or (zb.dtype, ctr.dtype, mc.dtype) != (types.int32, types.int32, types.float32) \
+            or out.dtype not in (types.int32, types.uint8, types.int8) \
+            or not all(isinstance(t, types.Integer) for t in indexes):
+        return None
+
+    def codegen(context, builder, sig, args):
+        mr_v, rq_v, lo_v, hi_v, out_a, o_v = args[10], args[11], args[13], args[14], args[15], args[16]
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        fvec = ir.VectorType(f32, IW)
+
+        def splat(value, vec):
+            one = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
+            return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined), ir.Constant(_I32VEC, [0] * IW))
+
+        def as_i32(k):
+            return context.cast(builder, args[k], sig.args[k], types.int32)
+
+        def load(k, vec):  # array k at the index after it
+            return builder.load(_element_pointer(context, builder, sig.args[k], args[k], args[k + 1],
+                                                 sig.args[k + 1], vec), align=4)
+        v = builder.sub(args[0], builder.mul(load(1, _I32VEC), splat(as_i32(7), _I32VEC)))
+        v = builder.sub(v, builder.mul(splat(as_i32(8), _I32VEC), load(3, _I32VEC)))
+        v = builder.add(v, splat(as_i32(9), _I32VEC))
+        out_ty = sig.args[15]
+        bits = 32 if out_ty.dtype == types.int32 else 8
+        store_vec = ir.VectorType(ir.IntType(bits), IW)
+        ptr = _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[16], store_vec)
+        rq = context.cast(builder, rq_v, sig.args[11], types.boolean)
+        with builder.if_else(rq) as (then, otherwise):
+            with then:
+                mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[10], types.float32), fvec),
+                                    load(5, fvec))
+                f = builder.fmul(builder.sitofp(v, fvec), mult)
+                rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fvec, [fvec]),
+                                                      f"llvm.rint.v{IW}f32")
+                f = builder.call(rint, [f])
+                lo_s = splat(context.cast(builder, lo_v, sig.args[13], types.float32), fvec)
+                hi_s = splat(context.cast(builder, hi_v, sig.args[14], types.float32), fvec)
+                f = builder.select(builder.fcmp_ordered(">", f, lo_s), f, lo_s)  # max(f, lo): f is never NaN
+                f = builder.select(builder.fcmp_ordered("<", f, hi_s), f, hi_s)
+                q = builder.add(builder.fptosi(f, _I32VEC), splat(as_i32(12), _I32VEC))
+                builder.store(q if bits == 32 else builder.trunc(q, store_vec), ptr, align=1)
+            with otherwise:
+                builder.store(v if bits == 32 else builder.trunc(v, store_vec), ptr, align=1)
+        return context.get_dummy_value()
+
+    return types.none(acc, zb, jz, ctr, jc, mc, jm, rs, za, extra, mr, requant, zy, lo, hi, out, o), codegen
+
+
 # --- QuantizeLinear / DequantizeLinear ------------------------------------------------------------------------
 INNER_CHUNK = 1 << 14  # elements of a quantize / dequantize work unit along the inner dim
 
@@ -373,6 +432,7 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
     bf = bp.reshape(-1)
     tile = np.empty(MR * NR, np.int32)
     half = IW * g_words
+    zbf, ctf, mcf, of = zb.reshape(-1), colterm.reshape(-1), mult_c.reshape(-1), out.reshape(-1)
     for u in range(u0, u1):
         rb = u % row_blocks
         bpn = u // row_blocks
@@ -398,6 +458,21 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
             c21 = dot_words(c21, af, o2 + ao, bf, bo + half)
             c30 = dot_words(c30, af, o3 + ao, bf, bo)
             c31 = dot_words(c31, af, o3 + ao, bf, bo + half)
+        n0 = panel * NR
+        if rows == MR and n0 + NR <= n:  # a whole tile: its epilogue from the registers
+            jz = (b % zb.shape[0]) * n + n0
+            jc = (b % colterm.shape[0]) * n + n0
+            jm = (b % mult_c.shape[0]) * n + n0
+            o = (b * m + r0) * n + n0
+            for r in range(MR):
+                c0, c1 = (c00, c01) if r == 0 else (c10, c11) if r == 1 else (c20, c21) if r == 2 else (c30, c31)
+                mm = r0 + r
+                rs, zam = rowsum[b % rowsum.shape[0], mm], za[b % za.shape[0], mm]
+                extra, mr = bias[b % bias.shape[0], mm], mult_r[b % mult_r.shape[0], mm]
+                finish_lanes(c0, zbf, jz, ctf, jc, mcf, jm, rs, zam, extra, mr, requant, zy, lo, hi, of, o + r * n)
+                finish_lanes(c1, zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, rs, zam, extra, mr, requant, zy, lo, hi, of,
+                             o + r * n + IW)
+            continue
         vstore_i32(tile, 0, c00)
         vstore_i32(tile, IW, c01)
         vstore_i32(tile, NR, c10)
@@ -406,7 +481,7 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
         vstore_i32(tile, 2 * NR + IW, c21)
         vstore_i32(tile, 3 * NR, c30)
         vstore_i32(tile, 3 * NR + IW, c31)
-        _finish_tile(tile, b, r0, rows, panel * NR, min(NR, n - panel * NR), za, rowsum, zb, colterm, bias, mult_r,
+        _finish_tile(tile, b, r0, rows, n0, min(NR, n - n0), za, rowsum, zb, colterm, bias, mult_r,
                      mult_c, requant, zy, lo, hi, out)
 
 
