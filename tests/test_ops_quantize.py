@@ -250,11 +250,12 @@ def test_matmul_integer_empty(a_shape, b_shape):
                                                (np.uint8, 21, np.float16)])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_qlinear_matmul(a_t, opset, scale_t, per_column):
+    """7 rows and 75 columns: whole 4 x 32 register tiles (their epilogue from the registers) and partial ones."""
     rng = _rng()
-    a, b = _ints(a_t, (2, 7, 33), rng), _ints(a_t, (33, 19), rng)
+    a, b = _ints(a_t, (2, 7, 33), rng), _ints(a_t, (33, 75), rng)
     info = np.iinfo(a_t)
-    b_scale = (rng.uniform(0.01, 0.05, 19) if per_column else np.array(0.03)).astype(scale_t)
-    b_zp = (_ints(a_t, (19,), rng) if per_column else np.array(info.min // 2 + 60)).astype(a_t)
+    b_scale = (rng.uniform(0.01, 0.05, 75) if per_column else np.array(0.03)).astype(scale_t)
+    b_zp = (_ints(a_t, (75,), rng) if per_column else np.array(info.min // 2 + 60)).astype(a_t)
     inputs = [("a", a, False), ("sa", np.array(0.02, scale_t), True), ("za", np.array(info.max // 2, a_t), True),
               ("b", b, True), ("sb", b_scale, True), ("zb", b_zp, True), ("sy", np.array(0.9, scale_t), True),
               ("zy", np.array(info.min + 100, a_t), True)]
