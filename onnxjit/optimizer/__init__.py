@@ -6,10 +6,11 @@ a level until no pass changes anything (each rewrite can expose another: a folde
 Passes keep graph inputs and outputs (names, dtypes, shapes) as they are and never change results beyond float
 rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` domain (`onnxjit.contrib`).
 
-Modules, one per pass family: constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes),
-cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape,
-activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (channels-last depthwise
-convolutions, at LAYOUT).
+Modules, one per pass family: qdq (DequantizeLinear -> Conv -> QuantizeLinear as QLinearConv, at extended and
+above, before constant folding dequantizes the weights), constant_folding, eliminate (Identity/Dropout/no-op
+nodes, dead nodes), cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add),
+transpose_reshape, activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout
+(channels-last depthwise convolutions, at LAYOUT).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ BASIC, EXTENDED, LAYOUT = 1, 2, 3  # onnxruntime's ORT_ENABLE_BASIC / _EXTENDED 
 MAX_ROUNDS = 10
 CPU_PROVIDER = "CPUExecutionProvider"
 
-PASS_MODULES = ("constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
+PASS_MODULES = ("qdq", "constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
                 "activation_fusion", "layer_norm", "gelu", "attention", "layout")
 
 
@@ -37,6 +38,7 @@ class PassContext:
 
     model: Model
     providers: tuple[str, ...] = (CPU_PROVIDER,)
+    level: int = BASIC  # the session's optimization level (a pass of one tier may depend on a later one)
     counter: collections.Counter = field(default_factory=collections.Counter)
 
     def opset(self, domain: str = "") -> int:
@@ -107,7 +109,7 @@ def optimize(model: Model, level: int, providers: Sequence[str] = (CPU_PROVIDER,
     """Rewrite `model` in place up to `level` (a GraphOptimizationLevel value)."""
     from onnxjit.optimizer.pattern import forget_graph_facts
     _load_passes()
-    ctx = PassContext(model, tuple(providers))
+    ctx = PassContext(model, tuple(providers), int(level))
     before = op_counts(model.graph)
     forget_graph_facts()
     try:
