@@ -29,7 +29,7 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 
 # a Loop body's condition input, made once: read-only, so a body passing it on as an output shares nothing writable
-_TRUE, _FALSE = _read_only(np.array(True)), _read_only(np.array(False))
+_TRUE = _read_only(np.array(True))
 
 
 def _scalar_bool(v: Any) -> bool:
