@@ -1,8 +1,8 @@
 """The ONNX quantization ops on the CPU provider: QuantizeLinear, DequantizeLinear, DynamicQuantizeLinear,
 MatMulInteger, QLinearMatMul, ConvInteger, QLinearConv, and the com.microsoft ones onnxruntime's quantizer writes
 (QLinearAdd, QLinearMul, QLinearSigmoid, QLinearLeakyRelu, QLinearGlobalAveragePool, QLinearAveragePool,
-QLinearConcat, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul: semantics, formulas and numpy references in
-onnxjit.contrib.microsoft.quantized); kernels in `onnxjit.kernels.quantize`.
+QLinearSoftmax, QLinearConcat, QGemm, MatMulIntegerToFloat, DynamicQuantizeMatMul: semantics, formulas and numpy
+references in onnxjit.contrib.microsoft.quantized); kernels in `onnxjit.kernels.quantize`.
 
 QuantizeLinear / DequantizeLinear take every form their opsets define: per-tensor (a scalar or one-element
 scale), per-axis (`axis`, a 1-D scale), blocked (`block_size`, opset 21+: the scale of x's rank, ceil(C / block)
@@ -665,6 +665,18 @@ def build_qlinear_average_pool(node):
 
     def run(x, x_scale, x_zp=None, y_scale=None, y_zp=None):
         return (ms.qlinear_average_pool(x, x_scale, x_zp, y_scale, y_zp, channels_last, lambda f: average(f)[0]),)
+    return run
+
+
+@register_op("QLinearSoftmax", domain=MS_DOMAIN)
+def build_qlinear_softmax(node):
+    """Its reference's numpy (contrib.microsoft.quantized.qlinear_softmax): a classifier's last op, small."""
+    if not _eight_bit(node, (0, 2, 4)) or wanted_outputs(node) != 1:
+        return None
+    axis, opset = int(attr(node, "axis", -1)), int(attr(node, "opset", 13))
+
+    def run(x, x_scale, x_zp=None, y_scale=None, y_zp=None):
+        return (ms.qlinear_softmax(x, x_scale, x_zp, y_scale, y_zp, axis, opset),)
     return run
 
 

@@ -202,24 +202,30 @@ class QLinearAveragePool(OpRun):
                                      lambda f: average_pool(f, **attrs)),)
 
 
+def qlinear_softmax(x, x_scale, x_zp, y_scale, y_zp, axis, opset) -> np.ndarray:
+    """quantize(Softmax(dequantize(X))): QLinearSoftmax, for its reference here and the CPU provider's kernel
+    (ops.quantize); the exponentials in float64 (onnxruntime's lookup table of them agrees to within one step)."""
+    op = "QLinearSoftmax"
+    check_8bit(op, X=x)
+    f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
+        np.float32(scalar(op, "x_scale", x_scale))
+    a = int(axis) % max(x.ndim, 1)
+    rows = f.reshape(math.prod(x.shape[:a]), -1) if int(opset) < 13 else np.moveaxis(f, a, -1)
+    e = np.exp(rows.astype(np.float64) - rows.max(axis=-1, keepdims=True))
+    sm = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+    sm = sm.reshape(x.shape) if int(opset) < 13 else np.moveaxis(sm, -1, a)
+    y = saturate(np.rint(sm / np.float32(scalar(op, "y_scale", y_scale)))
+                 + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
+    return np.ascontiguousarray(y)
+
+
 @reference_op
 class QLinearSoftmax(OpRun):
     """QLinearSoftmax(X, X_scale, x_zero_point?, y_scale, y_zero_point?; axis, opset) -> Y = quantize(Softmax(
     dequantize(X))), Softmax as ai.onnx's at `opset` (before 13: over x flattened to 2-D at `axis`)."""
 
     def _run(self, x, x_scale, x_zp=None, y_scale=None, y_zp=None, axis=-1, opset=13):
-        op = "QLinearSoftmax"
-        check_8bit(op, X=x)
-        f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
-            np.float32(scalar(op, "x_scale", x_scale))
-        a = int(axis) % max(x.ndim, 1)
-        rows = f.reshape(math.prod(x.shape[:a]), -1) if int(opset) < 13 else np.moveaxis(f, a, -1)
-        e = np.exp(rows.astype(np.float64) - rows.max(axis=-1, keepdims=True))
-        sm = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
-        sm = sm.reshape(x.shape) if int(opset) < 13 else np.moveaxis(sm, -1, a)
-        y = saturate(np.rint(sm / np.float32(scalar(op, "y_scale", y_scale)))
-                     + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
-        return (np.ascontiguousarray(y),)
+        return (qlinear_softmax(x, x_scale, x_zp, y_scale, y_zp, axis, opset),)
 
 
 def concat_parts(op, y_scale, y_zp, triples):
