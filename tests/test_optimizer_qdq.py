@@ -19,9 +19,10 @@ def _init(name, arr):
 
 
 def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias_scale=None, between=(),
-                   convs=1, extra_outputs=(), cin=8, cout=16, seed=0):
-    """x (quantized) -> DQ -> Conv 3x3 (W and B from DQs of constants) [-> `between` nodes] -> Q -> y, `convs`
-    Convs reading the one DQ of x (outputs y0, y1, ...)."""
+                   convs=1, extra_outputs=(), cin=8, cout=16, seed=0, y_zp_offset=90, opset=13):
+    """x (quantized) -> DQ -> Conv 3x3 (W and B from DQs of constants) [-> `between` nodes: op types, or (op type,
+    its extra constant inputs)] -> Q -> y, `convs` Convs reading the one DQ of x (outputs y0, y1, ...); Y's zero
+    point is the type's lowest value plus `y_zp_offset`."""
     rng = np.random.default_rng(seed)
     x_dtype = np.uint8 if x_type == U8 else np.int8
     info = np.iinfo(x_dtype)
@@ -30,7 +31,8 @@ def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias
     w_zp = np.zeros(w_scale.shape, w_dtype) if w_dtype == np.int8 else np.full(w_scale.shape, 120, w_dtype)
     x_scale, x_zp = np.float32(0.02), np.array(info.min + 120, x_dtype)
     inits = [_init("w_q", w), _init("w_scale", w_scale), _init("w_zp", w_zp), _init("x_scale", x_scale),
-             _init("x_zp", x_zp), _init("y_scale", np.float32(0.03)), _init("y_zp", np.array(info.min + 90, x_dtype))]
+             _init("x_zp", x_zp), _init("y_scale", np.float32(0.03)),
+             _init("y_zp", np.array(info.min + y_zp_offset, x_dtype))]
     nodes = [helper.make_node("DequantizeLinear", ["x", "x_scale", "x_zp"], ["xf"]),
              helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wf"], axis=0)]
     conv_inputs = ["xf", "wf"]
@@ -45,12 +47,15 @@ def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias
         nodes.append(helper.make_node("Conv", conv_inputs, [f"c{k}"], pads=[1, 1, 1, 1], strides=[1, 2 - k % 2]))
         last = f"c{k}"
         for j, op in enumerate(between):
-            nodes.append(helper.make_node(op, [last], [f"{op.lower()}{k}_{j}"]))
+            op, extra = op if isinstance(op, tuple) else (op, ())
+            names = [f"{op.lower()}{k}_{j}_in{i}" for i in range(len(extra))]
+            inits += [_init(n, v) for n, v in zip(names, extra)]
+            nodes.append(helper.make_node(op, [last, *names], [f"{op.lower()}{k}_{j}"]))
             last = f"{op.lower()}{k}_{j}"
         nodes.append(helper.make_node("QuantizeLinear", [last, "y_scale", "y_zp"], [f"y{k}"]))
         outputs.append(tensor(f"y{k}", x_type, None))
     outputs += [tensor(n, TensorProto.FLOAT, None) for n in extra_outputs]
-    model = make_model(nodes, [tensor("x", x_type, [2, cin, 7, 9])], outputs, opset=13, initializers=inits)
+    model = make_model(nodes, [tensor("x", x_type, [2, cin, 7, 9])], outputs, opset=opset, initializers=inits)
     feeds = {"x": rng.integers(info.min, info.max, (2, cin, 7, 9), endpoint=True).astype(x_dtype)}
     return model, feeds
 
@@ -74,6 +79,19 @@ def test_qdq_conv_becomes_qlinear_conv_equal_to_onnxruntime(x_type, w_dtype, per
     assert _ops(sess) == {"QLinearConv": 1}
     got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
     assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("between,redundant", [(("Relu",), True), ((("Clip", (np.float32(0), np.float32(8))),), True),
+                                               ((("Clip", (np.float32(0), np.float32(6))),), False)])
+def test_a_relu_or_clip_the_quantize_makes_redundant(between, redundant):
+    """With Y's zero point at the type's lowest value the Q writes 0 to 255 * 0.03 = 7.65: a Relu or a Clip to
+    [0, 8] before it changes nothing it writes and goes with the Conv into QLinearConv; a Clip to [0, 6] changes
+    values in (6, 7.65] and keeps the Conv in float. Both equal onnxruntime's output."""
+    model, feeds = qdq_conv_model(between=between, y_zp_offset=0)
+    sess = _session(model)
+    assert ("QLinearConv" in _ops(sess)) == redundant, _ops(sess)
+    got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
     np.testing.assert_array_equal(got, want)
 
 

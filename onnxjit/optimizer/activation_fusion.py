@@ -52,7 +52,7 @@ def _float_attr(node: Node, name: str) -> float | None:
     return float(s.default_value.f)
 
 
-def _clip_bounds(node: Node, graph: Graph, dtype: np.dtype) -> list[float] | None:
+def clip_bounds(node: Node, graph: Graph, dtype: np.dtype) -> list[float] | None:
     """Clip's [min, max] (-inf / inf where absent), or None when a bound is not a constant scalar or does not
     round-trip through a float attribute."""
     if node.opset < 6:
@@ -87,7 +87,7 @@ def activation_params(node: Node, graph: Graph, dtype: np.dtype) -> list[float] 
     if len(node.outputs) != 1:
         return None
     if node.op_type == "Clip":
-        return _clip_bounds(node, graph, dtype)
+        return clip_bounds(node, graph, dtype)
     if sum(v is not None for v in node.inputs) != 1:
         return None
     params = [_float_attr(node, a) for a in PARAM_ATTRIBUTES.get(node.op_type, ())]

@@ -2,8 +2,10 @@
 (ORT_ENABLE_EXTENDED and above, CPU provider first), as onnxruntime's QDQ Conv selector and action rewrite them.
 
 A Conv is taken when every input it has is the output of a DequantizeLinear, and its output's only reader is a
-QuantizeLinear (the Conv's output and inputs neither graph outputs nor read by a subgraph; a DequantizeLinear that
-other nodes read stays for them, as onnxruntime duplicates it for each):
+QuantizeLinear, or a Relu or Clip whose only reader is one and which that QuantizeLinear makes redundant (the
+bounds lie outside the range it can write, (lowest - zero point) * scale to (highest - zero point) * scale, so its
+saturation clamps as they would: onnxruntime drops them then). The Conv's output is neither a graph output nor read
+by a subgraph; a DequantizeLinear that other nodes read stays for them, as onnxruntime duplicates it for each.
 - X's DequantizeLinear and the QuantizeLinear per tensor (a one-value scale and zero point, float32), of one 8-bit
   type: uint8 (with uint8 or int8 weights), or int8 with int8 weights (onnxruntime's rule);
 - W's DequantizeLinear of an 8-bit constant, per tensor or per output channel (axis 0), no block size;
@@ -16,10 +18,11 @@ the float path rounded each product's dequantized value: within one quantization
 
 The pass runs in the basic tier, before constant folding turns the weights' DequantizeLinear into float weights,
 and only when the session's level is extended or above; a model at ORT_ENABLE_BASIC keeps its float Convs, as
-onnxruntime's. A Relu or Clip between the Conv and the QuantizeLinear (which onnxruntime drops where the Q's range
-makes it redundant) is not taken yet: that Conv stays in float.
+onnxruntime's. A Relu or Clip that the QuantizeLinear does not make redundant keeps that Conv in float.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from onnx import TensorProto
@@ -68,14 +71,21 @@ def _quantized(v: Value) -> int | None:
 
 
 def _match(conv: Node, graph: Graph) -> tuple | None:
-    """(X's DequantizeLinear, W's, B's or None, the QuantizeLinear, B's quantized constant or None) for a Conv the
-    pass rewrites, else None."""
+    """(X's DequantizeLinear, W's, B's or None, the redundant Relu / Clip or None, the QuantizeLinear, B's quantized
+    constant or None) for a Conv the pass rewrites, else None."""
     if conv.op_type != "Conv" or conv.domain != "" or len(conv.outputs) != 1 or not 2 <= len(conv.inputs) <= 3:
         return None
     y = conv.outputs[0]
-    q = only_consumer(y, graph)
+    q = act = only_consumer(y, graph)
+    if act is not None and act.op_type in ("Relu", "Clip") and act.domain == "":
+        y = act.outputs[0]
+        q = only_consumer(y, graph)
+    else:
+        act = None
     if q is None or q.op_type != "QuantizeLinear" or q.domain != "" or q.inputs[0] is not y \
             or attr_value(q, "block_size", 0) or attr_value(q, "saturate", 1) != 1:
+        return None
+    if act is not None and not _made_redundant(act, q, graph):
         return None
     dq_x, dq_w = _dq(conv.inputs[0]), _dq(conv.inputs[1])
     dq_b = _dq(conv.inputs[2]) if len(conv.inputs) == 3 and conv.inputs[2] is not None else None
@@ -105,7 +115,23 @@ def _match(conv: Node, graph: Graph) -> tuple | None:
         if not np.array_equal(got, expected):
             return None
         bias = dq_b.inputs[0]
-    return dq_x, dq_w, dq_b, q, bias
+    return dq_x, dq_w, dq_b, act, q, bias
+
+
+def _made_redundant(act: Node, q: Node, graph: Graph) -> bool:
+    """Whether the Relu or Clip `act` changes nothing the QuantizeLinear `q` after it writes (see the module
+    docstring)."""
+    from onnxjit.optimizer.activation_fusion import clip_bounds  # (here: importing it registers its passes)
+    bounds = [0.0, math.inf] if act.op_type == "Relu" and len(act.inputs) == 1 else \
+        clip_bounds(act, graph, np.dtype(np.float32)) if act.op_type == "Clip" else None
+    params = _params(q, graph)
+    elem = getattr(q.outputs[0].type, "elem_type", None)
+    if bounds is None or params is None or elem not in EIGHT_BIT:
+        return False
+    scale = float(params[0].reshape(-1)[0])
+    zp = 0 if params[1] is None else int(params[1].reshape(-1)[0])
+    info = np.iinfo(EIGHT_BIT[elem])
+    return scale > 0 and bounds[0] <= (int(info.min) - zp) * scale and bounds[1] >= (int(info.max) - zp) * scale
 
 
 def _zero_point(graph: Graph, node: Node, dtype) -> Value:
@@ -124,7 +150,7 @@ def fuse_qdq_conv(graph: Graph, ctx: PassContext) -> int:
         found = _match(conv, graph) if conv.graph is graph else None
         if found is None:
             continue
-        dq_x, dq_w, dq_b, q, bias = found
+        dq_x, dq_w, dq_b, act, q, bias = found
         x_q, w_q = dq_x.inputs[0], dq_w.inputs[0]
         inputs = [x_q, dq_x.inputs[1], _zero_point(graph, dq_x, x_q.type.dtype), w_q, dq_w.inputs[1],
                   _zero_point(graph, dq_w, const_value(w_q, graph).dtype), q.inputs[1],
@@ -134,6 +160,8 @@ def fuse_qdq_conv(graph: Graph, ctx: PassContext) -> int:
         graph.insert_before(conv, node)
         read = [v for v in conv.inputs if v is not None]
         graph.remove(q)
+        if act is not None:
+            graph.remove(act)
         graph.remove(conv)
         remove_dead_producers(graph, read)  # the DequantizeLinear nodes no one else reads
         fused += 1
