@@ -75,7 +75,7 @@ def row_max(xr):
 # Rows are processed in blocks, skewed by one row: the pass that streams the next row in from memory (its max, or
 # its sum) runs fused with the compute-heavy pass of the current row (exp, or normalize), so that the core
 # computes while the next row's loads are in flight (15-20% faster than row after row).
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _exp_sum_next_max(xr, yr, m, xn, zero, store):
     """(sum_j exp(xr[j] - m), max of the row xn): each exp term stored into yr when `store`; xn has xr's length
     (it may be xr itself)."""
@@ -96,7 +96,7 @@ def _exp_sum_next_max(xr, yr, m, xn, zero, store):
     return s, _from_key(k)
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _sum(xr, zero):
     s = zero
     for j in range(xr.shape[0]):
@@ -104,7 +104,7 @@ def _sum(xr, zero):
     return s
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _sum_sq_dev(xr, mu, zero):
     q = zero
     for j in range(xr.shape[0]):
@@ -113,7 +113,7 @@ def _sum_sq_dev(xr, mu, zero):
     return q
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _normalize_sum_next(xr, yr, sr, br, mu, iv, xn, zero):
     """yr = (xr - mu) * iv * sr + br, returning the sum of the row xn (the next row, never yr)."""
     s = zero
@@ -123,7 +123,7 @@ def _normalize_sum_next(xr, yr, sr, br, mu, iv, xn, zero):
     return s
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _normalize_inplace_sum_next(yr, sr, br, mu, iv, yn, zero):
     """`_normalize_sum_next` over yr in place (one array for the row, so that LLVM vectorizes without
     aliasing checks failing); yn is another row (for the last row of a block any other row: the sum is unused)."""
@@ -134,13 +134,13 @@ def _normalize_inplace_sum_next(yr, sr, br, mu, iv, yn, zero):
     return s
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _normalize_inplace(yr, sr, br, mu, iv):
     for j in range(yr.shape[0]):
         yr[_u(j)] = (yr[_u(j)] - mu) * iv * sr[_u(j)] + br[_u(j)]
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"contract"})
 def _softmax_block(x, y, r0, r1, log, zero, one):
     """y[r] = softmax(x[r]) (log: log_softmax) for the rows [r0, r1) of x, y (rows, n), n >= 1."""
     m = row_max(x[r0])
@@ -162,7 +162,7 @@ def _softmax_block(x, y, r0, r1, log, zero, one):
         m = m_next
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"contract"})
 def _layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std):
     """y[r] = (x[r] - mean) * inv_std * scale + bias for the rows [r0, r1); the variance comes from a second,
     centered pass over the row (in L1 by then). mean[r], inv_std[r] receive the statistics."""
@@ -179,7 +179,7 @@ def _layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_st
         inv_std[r] = iv
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"contract"})
 def _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std):
     """`_layernorm_block` over y in place."""
     scale_rows = scale.shape[0] > 1
@@ -196,7 +196,7 @@ def _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, i
         inv_std[r] = iv
 
 
-@njit(cache=True, nogil=True, fastmath={"contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"contract"})
 def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_std):
     """y[r] = layer norm of softmax(x[r]) for the rows [r0, r1), in three passes over each row: exp terms e
     and their sum s (with the next row's max), centered sum of squares, normalize. Layer norm is scale-invariant
@@ -217,7 +217,7 @@ def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean
         m = m_next
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _sum_sq(xr, zero):
     q = zero
     for j in range(xr.shape[0]):

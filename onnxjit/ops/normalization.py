@@ -157,6 +157,9 @@ def _param_rows(p, shape: tuple, a: int, rows: int, n: int, cdt: np.dtype) -> np
     """Scale or B as a (1, n) array (it broadcasts to the normalized dims) or a (rows, n) one (it also spans
     leading dims of X), in the compute dtype."""
     p = np.asarray(p)
+    if p.dtype == cdt and p.size == n and p.flags.c_contiguous and p.shape == shape[len(shape) - p.ndim:] \
+            and p.ndim <= len(shape) - a:  # already the normalized dims' values (np.broadcast_to costs ~5 us)
+        return ro(p.reshape(1, n))
     if p.ndim <= len(shape) - a:
         return ro(np.ascontiguousarray(np.broadcast_to(p, shape[a:]), dtype=cdt).reshape(1, n))
     return ro(np.ascontiguousarray(np.broadcast_to(p, shape), dtype=cdt).reshape(rows, n))
