@@ -482,17 +482,21 @@ def test_matmul_constant_b(sa, sb, opset):
     ("Gemm", {}, (3, 40), (40, 9), (9,)), ("Gemm", {"transB": 1, "alpha": 0.5, "beta": 2.0}, (1, 40), (9, 40), (1, 9)),
     ("Gemm", {}, (2, 40), (40, 9), None), ("MatMul", {}, (1, 2, 40), (40, 9), None),
     ("MatMul", {}, ("n", 40), (40, 9), None), ("Gemm", {}, ("n", 40), (40, 9), "fed"),
-    ("Gemm", {"beta": 0.0}, (2, 40), (40, 9), "fed")])
-def test_few_row_products_prepared_once_match_every_run(op, attrs, sa, sb, sc):
-    """Few-row products with a constant B (and C) are prepared at their first run per A's shape (and a fed C's)
-    and called directly after (ops.linalg.FewRowCalls): new values of A and C, runs of A with other rows and a
-    Relu after (fused) match onnxruntime on every run."""
+    ("Gemm", {"beta": 0.0}, (2, 40), (40, 9), "fed"),
+    # more rows: the packed GEMM's calls
+    ("Gemm", {}, (70, 40), (40, 9), (9,)), ("Gemm", {"transB": 1, "alpha": 0.5, "beta": 2.0}, ("m", 40), (37, 40),
+                                                                         (1, 37)),
+    ("MatMul", {}, (2, "m", 40), (40, 33), None), ("Gemm", {}, ("m", 40), (40, 9), "fed")])
+def test_products_prepared_once_match_every_run(op, attrs, sa, sb, sc):
+    """Products with a constant B (and C) are prepared at their first run per A's shape (and a fed C's) and called
+    directly after (ops.linalg.PreparedProducts; few rows as dot products, more as the packed GEMM): new values of
+    A and C, runs of A with other rows and a Relu after (fused) match onnxruntime on every run."""
     rng = np.random.default_rng(0)
     inits = [onnx.numpy_helper.from_array(rng.standard_normal(sb).astype(F32), "b")]
     ins = ["a", "b"]
-    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, list(sa))]
+    inputs = [helper.make_tensor_value_info("a", TensorProto.FLOAT, [{"m": "n"}.get(d, d) for d in sa])]
     if sc == "fed":  # computed in the run (a Scan body's h @ W + x @ U), its shape as A's rows
-        inputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [sa[0], sb[1]]))
+        inputs.append(helper.make_tensor_value_info("c", TensorProto.FLOAT, [{"m": "n"}.get(sa[0], sa[0]), sb[1]]))
         ins.append("c")
     elif sc is not None:
         inits.append(onnx.numpy_helper.from_array(rng.standard_normal(sc).astype(F32), "c"))
@@ -503,7 +507,7 @@ def test_few_row_products_prepared_once_match_every_run(op, attrs, sa, sb, sc):
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]).SerializeToString()
     sess = onnxjit.InferenceSession(model)
     ref = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
-    shapes = [tuple(3 if d == "n" else d for d in sa)] * 3 + [tuple(1 if d == "n" else d for d in sa)] * 2
+    shapes = [tuple({"n": 3, "m": 70}.get(d, d) for d in sa)] * 3 + [tuple({"n": 1, "m": 40}.get(d, d) for d in sa)] * 2
     for shape in shapes:
         feeds = {"a": rng.standard_normal(shape).astype(F32)}
         if sc == "fed":

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numba
 import numpy as np
 
 from onnxjit.kernels import linalg as k
@@ -57,28 +56,41 @@ def _gemm(a, b, trans_b, c, alpha, beta, has_c, act=NO_ACTIVATION, packed=None):
     m, kk = a.shape
     n = b.shape[0] if trans_b else b.shape[1]
     out = np.empty((m, n), dtype=a.dtype)
-    nth = numba.get_num_threads() if m * n * kk >= PARALLEL_GRAIN else 1
-    chunks = nth * GEMM_BLOCKS_PER_THREAD
-    share = -(-n // chunks)
+    if packed is not None and a.dtype == np.float32 and packed.holds(b):
+        kernel, rest, units, work = _packed_gemm_call(m, kk, packed.of(b), n, c, alpha, beta, has_c, act)
+        run_units(kernel, (ro(a),) + rest + (out,), units, work)
+        return out
+    _, rows, cols = _gemm_blocks(m, kk, n)
+    with k.single_threaded_blas_for(m * n * kk):
+        run_units(k.gemm_blocks, (ro(a), ro(b), trans_b, c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows,
+                                  cols, out), -(-m // rows) * -(-n // cols), m * n * kk)
+    return out
+
+
+def _gemm_blocks(m, kk, n):
+    """(threads, rows, cols) of a GEMM's blocks: GEMM_BLOCKS_PER_THREAD per thread along the columns, and along
+    the rows where the columns are too few for the threads."""
+    nth = thread_count() if m * n * kk >= PARALLEL_GRAIN else 1
+    share = -(-n // (nth * GEMM_BLOCKS_PER_THREAD))
     cols = min(n, max(GEMM_MIN_COLS, -(-share // 16) * 16))
     n_cb = -(-n // cols)
     rows = m if n_cb >= nth else min(m, max(GEMM_MIN_ROWS, -(-m // -(-nth // n_cb))))
-    units = -(-m // rows) * n_cb
-    if packed is not None and a.dtype == np.float32 and packed.holds(b):
-        # B is packed already: split A's rows first, each unit packing only its own (cut along B's columns,
-        # every unit packed all of A: a 197x768 @ 768x192 MatMul ran at 92 GFLOP/s on two Zen 3 threads)
-        if m >= nth * GEMM_MIN_ROWS:
-            rows, cols = -(-m // (nth * packed_gemm.MR)) * packed_gemm.MR, n
-        cols = -(-cols // LANES) * LANES
-        chunk_blocks = max(1, PACKED_CHUNK_BYTES // (4 * kk * LANES))
-        run_units(k.gemm_packed_blocks, (ro(a), packed.of(b), n, c, alpha, beta, has_c, act.kind,
-                                         act.consts(a.dtype), rows, cols, chunk_blocks, out),
-                  -(-m // rows) * -(-n // cols), m * n * kk)
-        return out
-    with k.single_threaded_blas_for(m * n * kk):
-        run_units(k.gemm_blocks, (ro(a), ro(b), trans_b, c, alpha, beta, has_c, act.kind, act.consts(a.dtype), rows,
-                                  cols, out), units, m * n * kk)
-    return out
+    return nth, rows, cols
+
+
+def _packed_gemm_call(m, kk, bp, n, c, alpha, beta, has_c, act, sites=None):
+    """(the kernel, or its CallSite from `sites`, the arguments between A and the output, units, work) of the
+    packed GEMM of M rows of float32 A times B packed (`bp`, N columns). A's rows are split first, each unit
+    packing only its own (cut along B's columns, every unit packed all of A: a 197x768 @ 768x192 MatMul ran at 92
+    GFLOP/s on two Zen 3 threads)."""
+    nth, rows, cols = _gemm_blocks(m, kk, n)
+    if m >= nth * GEMM_MIN_ROWS:
+        rows, cols = -(-m // (nth * packed_gemm.MR)) * packed_gemm.MR, n
+    cols = -(-cols // LANES) * LANES
+    chunk_blocks = max(1, PACKED_CHUNK_BYTES // (4 * kk * LANES))
+    rest = (bp, n, c, alpha, beta, has_c, act.kind, act.consts(np.float32), rows, cols, chunk_blocks)
+    kernel = k.gemm_packed_blocks if sites is None else sites[c.ndim, c.dtype.char]
+    return kernel, rest, -(-m // rows) * -(-n // cols), m * n * kk
 
 
 def _dot_cols(a, bt, c, alpha, beta, has_c, act=NO_ACTIVATION, sites=None):
@@ -113,16 +125,18 @@ def _dot_cols_call(m, dtype, bt, c, alpha, beta, has_c, act, sites=None):
     return call, rest, -(-n // cols), work
 
 
-class FewRowCalls:
-    """A node's few-row products with its constant B, prepared per A's shape and dtype (and C's, where C is computed
-    in the run): the CallSite and every other argument made once, so that a run makes A's read-only view, C's
-    compact form and the output and calls the kernel (Gemm's and MatMul's checks, B's view, the thread count and
-    the split cost 2-3 us of a batch-1 step's 5)."""
+class PreparedProducts:
+    """A node's products with its constant B, prepared per A's shape and dtype (and C's, where C is computed in the
+    run): the kernel's CallSite and every other argument made once, so that a run makes A's read-only view, C's
+    compact form and the output and calls the kernel. Few rows run as one dot product per output (`_dot_cols`:
+    Gemm's and MatMul's checks, B's view, the thread count and the split cost 2-3 us of a batch-1 step's 5), more
+    as the packed GEMM (float32: the checks, the split and Numba's type dispatch cost ~20 us of a MatMul step)."""
 
-    __slots__ = ("calls",)
+    __slots__ = ("calls", "packed_sites")
 
     def __init__(self):
         self.calls: dict = {}
+        self.packed_sites = CallSites(k.gemm_packed_blocks)
 
     def run(self, a, c=None):
         """The product for A (and the run's C, None where C is the node's constant or absent), or None where it
@@ -130,22 +144,31 @@ class FewRowCalls:
         call = self.calls.get((a.shape, a.dtype.char) if c is None else (a.shape, a.dtype.char, c.shape, c.dtype.char))
         if call is None:
             return None
-        site, rest, units, work, rows, shape = call
-        n = rest[0].shape[0]
+        site, rest, c_at, units, work, rows, n, shape = call
         if c is not None:
-            rest = (rest[0], _compact_c(c, rows, n)) + rest[2:]
+            rest = rest[:c_at] + (_compact_c(c, rows, n),) + rest[c_at + 1:]
         out = np.empty((rows, n), dtype=a.dtype)
         site.run((ro_reshaped(a, (rows, -1)),) + rest + (out,), units, work)
         return out if shape is None else out.reshape(shape)
 
     def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None, runtime_c=None):
-        """Prepare A's calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it (`runtime_c`: the run's C,
-        compacted anew in each run of its shape); `shape` the output's where it is not (rows, N)."""
+        """Prepare A's few-row calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it (`runtime_c`: the
+        run's C, compacted anew in each run of its shape); `shape` the output's where it is not (rows, N)."""
         rows = math.prod(a.shape[:-1])
         site, rest, units, work = _dot_cols_call(rows, a.dtype, bt, c, alpha, beta, has_c, act, sites)
+        self._add(a, runtime_c, (site, rest, 1, units, work, rows, bt.shape[0], shape))
+
+    def prepare_packed(self, a, bp, n, c, alpha, beta, has_c, act, shape=None, runtime_c=None):
+        """Prepare A's packed-GEMM calls (float32): B packed (`bp`, N columns); the rest as `prepare`."""
+        rows = math.prod(a.shape[:-1])
+        site, rest, units, work = _packed_gemm_call(rows, a.shape[-1], bp, n, c, alpha, beta, has_c, act,
+                                                    self.packed_sites)
+        self._add(a, runtime_c, (site, rest, 2, units, work, rows, n, shape))
+
+    def _add(self, a, runtime_c, call):
         key = (a.shape, a.dtype.char) if runtime_c is None else (a.shape, a.dtype.char, runtime_c.shape,
                                                                   runtime_c.dtype.char)
-        self.calls[key] = (site, rest, units, work, rows, shape)
+        self.calls[key] = call
 
 
 def dot_sites() -> tuple[CallSites, CallSites]:
@@ -178,11 +201,11 @@ def build_gemm(node):
     sites = dot_sites()
     const_c = constant_input(node, 2) if n_in == 3 else None
     compact_c = {}  # (M, N) -> a constant C as _compact_c makes it
-    few_rows = FewRowCalls()  # with the constant B and C
+    prepared = PreparedProducts()  # with the constant B and C
 
     def run(a, b, c=None):
         if packed.holds(b):  # the run's C where it is not the constant (a Scan body's h @ W + x @ U)
-            y = few_rows.run(a, c if c is not const_c and beta != 0.0 else None)
+            y = prepared.run(a, c if c is not const_c and beta != 0.0 else None)
             if y is not None:
                 return (y,)
         if a.ndim != 2 or b.ndim != 2:
@@ -211,10 +234,13 @@ def build_gemm(node):
             bt = b if trans_b else bt_cache.of(b)
             y = _dot_cols(a, bt, cc, alpha, beta, has_c, act, sites)
             if not trans_a and packed.holds(b):
-                few_rows.prepare(a, bt, cc, alpha, beta, has_c, act, sites,
+                prepared.prepare(a, bt, cc, alpha, beta, has_c, act, sites,
                                  runtime_c=c if c is not const_c and has_c else None)
         else:
             y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
+            if not trans_a and a.dtype == np.float32 and packed.holds(b):
+                prepared.prepare_packed(a, packed.of(b), n, cc, alpha, beta, has_c, act,
+                                        runtime_c=c if c is not const_c and has_c else None)
         return (y,)
     return run
 
@@ -225,11 +251,11 @@ register_op("FusedGemm", since=1, domain="com.onnxjit")(build_gemm)
 
 
 
-def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=None, few_rows=None):
+def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=None, prepared=None):
     """act(a @ b + c) with numpy.matmul semantics: 1-D operands promoted and squeezed, batch dims broadcast; `c`
     (FusedMatMul's bias, optional) must broadcast to the product's shape without changing it. `bt_cache` may hold
     the transposed copy of a constant B, `packed` its packed_gemm form, `sites` the node's _dot_cols
-    CallSites, `few_rows` its FewRowCalls, prepared here for the constant B and the C given (the caller runs
+    CallSites, `prepared` its PreparedProducts, prepared here for the constant B and the C given (the caller runs
     them for that B and C only). A bias along the columns of a product
     with a 2-D B is the GEMM's C (added in its epilogue); any other goes through numpy."""
     if c is not None:
@@ -262,12 +288,14 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=No
         beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
             y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
-            if few_rows is not None and not (a_vec or b_vec):
-                few_rows.prepare(a, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites, batch + (m, n))
+            if prepared is not None and not (a_vec or b_vec):
+                prepared.prepare(a, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites, batch + (m, n))
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
             y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
             y = _gemm(a2, np.ascontiguousarray(b), False, c2, 1.0, beta, has_c, act, packed)
+            if prepared is not None and not (a_vec or b_vec) and a.dtype == np.float32 and packed.holds(b):
+                prepared.prepare_packed(a, packed.of(b), n, c2, 1.0, beta, has_c, act, batch + (m, n))
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
@@ -307,14 +335,14 @@ def build_matmul(node):
     packed = ConstantDerived(const_b, _packed)
     sites = dot_sites()
     const_c = constant_input(node, 2) if n_in == 3 else None
-    few_rows = FewRowCalls()  # with the constant B and C
+    prepared = PreparedProducts()  # with the constant B and C
 
     def run(a, b, c=None):
         if c is const_c and bt_cache.holds(b):
-            y = few_rows.run(a)
+            y = prepared.run(a)
             if y is not None:
                 return (y,)
-        return (matmul(a, b, bt_cache, act, packed, c, sites, few_rows if c is const_c else None),)
+        return (matmul(a, b, bt_cache, act, packed, c, sites, prepared if c is const_c else None),)
     return run
 
 
