@@ -25,7 +25,7 @@ from onnxjit.kernels.normalization import row_max
 QK_NONE, QK_SCALED, QK_SOFTCAPPED, QK_BIASED, QK_SOFTMAX = -1, 0, 1, 2, 3
 
 
-@njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
 def _exp_sum(row, m, stop, zero):
     """row[j] <- exp(row[j] - m) for j < stop, returning their sum (reassociated, so that it vectorizes)."""
     total = zero

@@ -174,18 +174,29 @@ def _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act):
     activation."""
     has_bias = bias.size > 0
     zero = out3.dtype.type(0)
-    for mo in range(m0, m1):
-        orow = out3[n, mo]
-        bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
-        if z3.size > 0:
-            zrow = z3[n, mo]
-            for j in range(p0, p0 + npx):
-                orow[_u(j)] = (orow[_u(j)] + bv) + zrow[_u(j)]
-        elif has_bias:
-            for j in range(p0, p0 + npx):
-                orow[_u(j)] += bv
-        if kind != IDENTITY:
-            activate(orow, p0, p0 + npx, kind, act)
+    if z3.size > 0 or has_bias:
+        for mo in range(m0, m1):
+            orow = out3[n, mo]
+            bv = bias[mo] if has_bias else zero  # a float 0 of out's dtype: an int 0 made the sums float64
+            if z3.size > 0:
+                zrow = z3[n, mo]
+                for j in range(p0, p0 + npx):
+                    orow[_u(j)] = (orow[_u(j)] + bv) + zrow[_u(j)]
+            else:
+                for j in range(p0, p0 + npx):
+                    orow[_u(j)] += bv
+    if kind != IDENTITY:
+        # over the flat output, and in one call where the rows are whole (a small plane's tile): a call per row
+        # cost 40-70 ns, a 1152-channel 7x7 conv's Swish 1,152 calls
+        plane = out3.shape[2]
+        of = out3.reshape(-1)
+        first = (n * out3.shape[1] + m0) * plane
+        if npx == plane:
+            activate(of, first, first + (m1 - m0) * plane, kind, act)
+        else:
+            for mo in range(m1 - m0):
+                start = first + mo * plane + p0
+                activate(of, start, start + npx, kind, act)
 
 
 @njit(cache=True, nogil=True, forceinline=True)

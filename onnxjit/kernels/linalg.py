@@ -162,9 +162,9 @@ def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
     """out[m0:m1, n0:n1] += beta * c (broadcast as it lies), then the activation; in out's dtype (beta, a Python
     float, made float32 sums go through float64)."""
     bt = out.dtype.type(beta)
-    for i in range(m0, m1):
-        yr = out[i]
-        if has_c:
+    if has_c:
+        for i in range(m0, m1):
+            yr = out[i]
             cr = c[0] if c.shape[0] == 1 else c[i]
             if c.shape[1] == 1:
                 cv = bt * cr[0]
@@ -173,8 +173,14 @@ def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
             else:
                 for j in range(n0, n1):
                     yr[_u(j)] += bt * cr[_u(j)]
-        if kind != IDENTITY:
-            activate(yr, n0, n1, kind, act)
+    if kind != IDENTITY:  # over the flat output, whole rows in one call (see conv._finish_rows)
+        n = out.shape[1]
+        of = out.reshape(-1)
+        if n0 == 0 and n1 == n:
+            activate(of, m0 * n, m1 * n, kind, act)
+        else:
+            for i in range(m0, m1):
+                activate(of, i * n + n0, i * n + n1, kind, act)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
