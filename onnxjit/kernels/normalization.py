@@ -242,6 +242,45 @@ def rms_norm_rows(x, scale, eps, y, r0, r1):
             yr[_u(j)] = xr[_u(j)] * iv * sr[_u(j)]
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _add_rows(xr, sr, ar, tr):
+    """tr = (xr + sr) + ar, in that order: the sum numpy's adds make (ar zeros where there is no bias)."""
+    for j in range(tr.shape[0]):
+        tr[_u(j)] = (xr[_u(j)] + sr[_u(j)]) + ar[_u(j)]
+
+
+@njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
+def _normalize_into(tr, yr, sr, br, mu, iv):
+    for j in range(tr.shape[0]):
+        yr[_u(j)] = (tr[_u(j)] - mu) * iv * sr[_u(j)] + br[_u(j)]
+
+
+@njit(cache=True, nogil=True, fastmath={"contract"})
+def skip_rows(x, skip, addend, total, y, in_place, scale, bias, eps, mean, inv_std, block, u0, u1):
+    """SkipLayerNormalization over (rows, n) arrays, the blocks [u0, u1) of `block` rows: total[r] = x[r] +
+    skip[r % len(skip)] + addend (n,), then y[r] = its layer norm with scale and bias (1, n) (over total in
+    place when `in_place`: y is total); mean[r] and inv_std[r] receive the statistics. The sum, its two reductions
+    and the normalization pass over each row while it is in L1 (a separate numpy add wrote the whole sum to
+    memory first)."""
+    nrows = y.shape[0]
+    zero, one, nf = _constants(y)
+    period = skip.shape[0]
+    sr, br = scale[0], bias[0]
+    for b in range(u0, u1):
+        r0 = b * block
+        for r in range(r0, min(nrows, r0 + block)):
+            tr = total[r]
+            _add_rows(x[r], skip[r % period], addend, tr)
+            mu = _sum(tr, zero) / nf
+            iv = one / np.sqrt(_sum_sq_dev(tr, mu, zero) / nf + eps)
+            if in_place:
+                _normalize_inplace(tr, sr, br, mu, iv)
+            else:
+                _normalize_into(tr, y[r], sr, br, mu, iv)
+            mean[r] = mu
+            inv_std[r] = iv
+
+
 SOFTMAX, LOG_SOFTMAX, LAYER_NORM, LAYER_NORM_INPLACE, SOFTMAX_LAYER_NORM, LOG_SOFTMAX_LAYER_NORM = range(6)
 
 

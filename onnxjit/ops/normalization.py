@@ -27,6 +27,7 @@ bfloat16.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -288,6 +289,8 @@ def skip_layer_norm(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum
     """SkipLayerNormalization's outputs (see onnxjit.contrib.normalization): the sum in the input dtype into a
     fresh buffer, then the layer-norm rows over it (in place when the sum is not an output itself)."""
     x, skip = np.asarray(x), np.asarray(skip)
+    if _fused_skip(x, skip, gamma, beta, bias):
+        return _skip_layer_norm_rows(x, skip, gamma, beta, bias, eps, n_out, want_sum)
     total = np.add(x, skip)
     if bias is not None:
         np.add(total, bias, out=total, casting="unsafe")
@@ -295,6 +298,49 @@ def skip_layer_norm(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum
     if want_sum:
         return layer_norm(total, gamma, beta, -1, eps, stash, 3) + [total]
     return layer_norm(total, gamma, beta, -1, eps, stash, max(n_out, 1), inplace=True)
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros(n: int, char: str) -> np.ndarray:
+    """A read-only row of n zeros of the dtype with this one-letter code, made once."""
+    return ro(np.zeros(n, char))
+
+
+def _fused_skip(x, skip, gamma, beta, bias) -> bool:
+    """Whether skip_rows runs this SkipLayerNormalization: float32 or float64 throughout, X the sum's shape and
+    skip the trailing dims of X (leading 1s aside: it repeats over X's rows), a hidden-long bias."""
+    if x.dtype not in (F32, F64) or skip.dtype != x.dtype or x.ndim == 0 or x.size == 0:
+        return False
+    dims = skip.shape
+    while dims and dims[0] == 1 and len(dims) > 1:
+        dims = dims[1:]
+    if len(dims) > x.ndim or dims != x.shape[x.ndim - len(dims):]:
+        return False
+    n = x.shape[-1]
+    return all(p is None or (np.shape(p) in ((n,), (1, n))) for p in (gamma, beta)) and \
+        (bias is None or (bias.dtype == x.dtype and bias.shape == (n,)))
+
+
+def _skip_layer_norm_rows(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum: bool) -> list:
+    """skip_layer_norm's outputs through kn.skip_rows (see _fused_skip)."""
+    shape, dtype = x.shape, x.dtype
+    n = shape[-1]
+    rows = x.size // n
+    total = np.empty((rows, n), dtype)
+    y = np.empty((rows, n), dtype) if want_sum else total
+    mean, inv = np.empty(rows, dtype), np.empty(rows, dtype)
+    sc = _param_rows(np.reshape(gamma, n), (rows, n), 1, rows, n, dtype)
+    bi = _zeros(n, dtype.char).reshape(1, n) if beta is None else _param_rows(np.reshape(beta, n), (rows, n), 1,
+                                                                               rows, n, dtype)
+    addend = _zeros(n, dtype.char) if bias is None else ro(bias)  # + 0 leaves the sum as it is
+    block = max(1, BLOCK_ELEMENTS // n)
+    run_units(kn.skip_rows, (ro(np.ascontiguousarray(x).reshape(rows, n)),
+                             ro(np.ascontiguousarray(skip).reshape(-1, n)), addend, total, y,
+                             not want_sum, sc, bi, dtype.type(eps), mean, inv, block), -(-rows // block), x.size * 8)
+    outs = _layer_norm_outputs(y, mean, inv, shape, dtype, shape[:-1] + (1,), F64 if dtype == F64 else F32, n_out)
+    if want_sum:
+        return outs + [total.reshape(shape)]
+    return outs
 
 
 def build_skip_layer_norm(node):
