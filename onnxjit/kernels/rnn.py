@@ -23,34 +23,52 @@ ACTIVATIONS = ("relu", "tanh", "sigmoid", "affine", "leakyrelu", "thresholdedrel
 
 
 @njit(cache=True, nogil=True)
-def activate(code, alpha, beta, zero, one, x):
-    """The activation `code` of x; zero and one are of x's type (an integer constant would widen float32)."""
+def activate_row(code, alpha, beta, zero, one, v):
+    """v = the activation `code` of v, in place over a row; zero and one are of v's type (an integer constant would
+    widen float32). The code is tested once and each case is one loop, which vectorizes: a test per element (a
+    scalar function called for every gate value) made LSTMs 3.3-3.8x onnxruntime's time."""
+    n = v.shape[0]
     if code == TANH:
-        return vmath.tanh(x)
-    if code == SIGMOID:
-        return vmath.sigmoid(x)
-    if code == RELU:
-        return x if x > zero else zero
-    if code == AFFINE:
-        return alpha * x + beta
-    if code == LEAKY_RELU:
-        return x if x >= zero else alpha * x
-    if code == THRESHOLDED_RELU:
-        return x if x > alpha else zero
-    if code == SCALED_TANH:
-        return alpha * vmath.tanh(beta * x)
-    if code == HARD_SIGMOID:
-        return min(max(alpha * x + beta, zero), one)
-    if code == ELU:
-        return x if x >= zero else alpha * vmath.expm1(x)
-    if code == SOFTSIGN:
-        return x / (one + abs(x))
-    return vmath.softplus(x)
+        for j in range(n):
+            v[j] = vmath.tanh(v[j])
+    elif code == SIGMOID:
+        for j in range(n):
+            v[j] = vmath.sigmoid(v[j])
+    elif code == RELU:
+        for j in range(n):
+            v[j] = v[j] if v[j] > zero else zero
+    elif code == AFFINE:
+        for j in range(n):
+            v[j] = alpha * v[j] + beta
+    elif code == LEAKY_RELU:
+        for j in range(n):
+            v[j] = v[j] if v[j] >= zero else alpha * v[j]
+    elif code == THRESHOLDED_RELU:
+        for j in range(n):
+            v[j] = v[j] if v[j] > alpha else zero
+    elif code == SCALED_TANH:
+        for j in range(n):
+            v[j] = alpha * vmath.tanh(beta * v[j])
+    elif code == HARD_SIGMOID:
+        for j in range(n):
+            v[j] = min(max(alpha * v[j] + beta, zero), one)
+    elif code == ELU:
+        for j in range(n):
+            v[j] = v[j] if v[j] >= zero else alpha * vmath.expm1(v[j])
+    elif code == SOFTSIGN:
+        for j in range(n):
+            v[j] = v[j] / (one + abs(v[j]))
+    else:
+        for j in range(n):
+            v[j] = vmath.softplus(v[j])
 
 
 @njit(cache=True, nogil=True)
-def _clip(x, clip):
-    return min(max(x, -clip), clip) if clip > 0 else x
+def _clip_row(v, clip):
+    """v bounded to [-clip, clip] in place where clip > 0 (a gate's pre-activation)."""
+    if clip > 0:
+        for j in range(v.shape[0]):
+            v[j] = min(max(v[j], -clip), clip)
 
 
 @njit(cache=True, nogil=True)
@@ -79,10 +97,13 @@ def rnn(x, w, r, bias, h, lens, reverse, act, alpha, beta, clip, y):
             if s >= lens[b]:
                 continue
             t = _time(s, lens[b], reverse)
+            hb = h[b]
+            g, gh = xw[t, b], hr[b]
             for j in range(hidden):
-                v = activate(act[0], alpha[0], beta[0], zero, one, _clip(xw[t, b, j] + hr[b, j], clip))
-                h[b, j] = v
-                y[t, b, j] = v
+                hb[j] = g[j] + gh[j]
+            _clip_row(hb, clip)
+            activate_row(act[0], alpha[0], beta[0], zero, one, hb)
+            y[t, b] = hb
 
 
 @njit(cache=True, nogil=True)
@@ -104,10 +125,13 @@ def gru(x, w, r, bias, rb_h, h, lens, reverse, linear_before_reset, act, alpha, 
             if s >= lens[b]:
                 continue
             t = _time(s, lens[b], reverse)
+            g, gh, zb, rb = xw[t, b], hzr[b], z[b], reset[b]
             for j in range(hidden):
-                z[b, j] = activate(act[0], alpha[0], beta[0], zero, one, _clip(xw[t, b, j] + hzr[b, j], clip))
-                reset[b, j] = activate(act[0], alpha[0], beta[0], zero, one,
-                                       _clip(xw[t, b, hidden + j] + hzr[b, hidden + j], clip))
+                zb[j] = g[j] + gh[j]
+                rb[j] = g[hidden + j] + gh[hidden + j]
+            for gate in (zb, rb):
+                _clip_row(gate, clip)
+                activate_row(act[0], alpha[0], beta[0], zero, one, gate)
         if linear_before_reset:
             hh = np.dot(h, r_h.T)
         else:
@@ -116,13 +140,19 @@ def gru(x, w, r, bias, rb_h, h, lens, reverse, linear_before_reset, act, alpha, 
             if s >= lens[b]:
                 continue
             t = _time(s, lens[b], reverse)
+            g, cand, zb, hb = xw[t, b], hh[b], z[b], h[b]
+            if linear_before_reset:
+                rb = reset[b]
+                for j in range(hidden):
+                    cand[j] = g[2 * hidden + j] + rb[j] * (cand[j] + rb_h[j])
+            else:
+                for j in range(hidden):
+                    cand[j] = g[2 * hidden + j] + cand[j]
+            _clip_row(cand, clip)
+            activate_row(act[1], alpha[1], beta[1], zero, one, cand)
             for j in range(hidden):
-                pre = xw[t, b, 2 * hidden + j]
-                pre += reset[b, j] * (hh[b, j] + rb_h[j]) if linear_before_reset else hh[b, j]
-                candidate = activate(act[1], alpha[1], beta[1], zero, one, _clip(pre, clip))
-                v = (one - z[b, j]) * candidate + z[b, j] * h[b, j]
-                h[b, j] = v
-                y[t, b, j] = v
+                hb[j] = (one - zb[j]) * cand[j] + zb[j] * hb[j]
+            y[t, b] = hb
 
 
 @njit(cache=True, nogil=True)
@@ -137,29 +167,36 @@ def lstm(x, w, r, bias, peephole, h, c, lens, reverse, input_forget, act, alpha,
     p_i = peephole[:hidden]
     p_o = peephole[hidden:2 * hidden]
     p_f = peephole[2 * hidden:]
+    rows = np.empty((5, hidden), h.dtype)  # one batch row's gates, then its cell activated
+    gate_i, gate_f, gate_o, cand, cell = rows[0], rows[1], rows[2], rows[3], rows[4]
     for s in range(lens.max() if lens.size else 0):
         hr = np.dot(h, r.T)
         for b in range(batch):
             if s >= lens[b]:
                 continue
             t = _time(s, lens[b], reverse)
-            g = xw[t, b]
-            gh = hr[b]
+            g, gh, cb, hb = xw[t, b], hr[b], c[b], h[b]
             for j in range(hidden):
-                c_prev = c[b, j]
-                gate_i = activate(act[0], alpha[0], beta[0], zero, one,
-                                  _clip(g[j] + gh[j] + p_i[j] * c_prev, clip))
-                if input_forget:
-                    gate_f = one - gate_i
-                else:
-                    gate_f = activate(act[0], alpha[0], beta[0], zero, one,
-                                      _clip(g[2 * hidden + j] + gh[2 * hidden + j] + p_f[j] * c_prev, clip))
-                cand = activate(act[1], alpha[1], beta[1], zero, one,
-                                _clip(g[3 * hidden + j] + gh[3 * hidden + j], clip))
-                cell = gate_f * c_prev + gate_i * cand
-                gate_o = activate(act[0], alpha[0], beta[0], zero, one,
-                                  _clip(g[hidden + j] + gh[hidden + j] + p_o[j] * cell, clip))
-                v = gate_o * activate(act[2], alpha[2], beta[2], zero, one, cell)
-                c[b, j] = cell
-                h[b, j] = v
-                y[t, b, j] = v
+                gate_i[j] = g[j] + gh[j] + p_i[j] * cb[j]
+                gate_f[j] = g[2 * hidden + j] + gh[2 * hidden + j] + p_f[j] * cb[j]
+                cand[j] = g[3 * hidden + j] + gh[3 * hidden + j]
+            _clip_row(gate_i, clip)
+            activate_row(act[0], alpha[0], beta[0], zero, one, gate_i)
+            if input_forget:
+                for j in range(hidden):
+                    gate_f[j] = one - gate_i[j]
+            else:
+                _clip_row(gate_f, clip)
+                activate_row(act[0], alpha[0], beta[0], zero, one, gate_f)
+            _clip_row(cand, clip)
+            activate_row(act[1], alpha[1], beta[1], zero, one, cand)
+            for j in range(hidden):
+                cb[j] = gate_f[j] * cb[j] + gate_i[j] * cand[j]
+                gate_o[j] = g[hidden + j] + gh[hidden + j] + p_o[j] * cb[j]
+                cell[j] = cb[j]
+            _clip_row(gate_o, clip)
+            activate_row(act[0], alpha[0], beta[0], zero, one, gate_o)
+            activate_row(act[2], alpha[2], beta[2], zero, one, cell)
+            for j in range(hidden):
+                hb[j] = gate_o[j] * cell[j]
+            y[t, b] = hb
