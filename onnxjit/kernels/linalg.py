@@ -127,11 +127,21 @@ def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out
 @njit(cache=True, nogil=True)
 def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, chunk_blocks, out, blk0, blk1):
     """gemm_blocks for float32 with B packed once (packed_gemm.pack_blocks of op(b), (K, N)) and multiplied by
-    packed_gemm's microkernel; `cols` a multiple of packed_gemm's LANES; Relu and Clip applied in its
-    registers where there is no C."""
+    packed_gemm's microkernel; `cols` a multiple of packed_gemm's LANES; a row C (1, N) added, and Relu and Clip
+    applied, in its registers where A is read in place (alpha 1; 0.94-0.97x the time of an epilogue pass with Relu,
+    one Emerald Rapids thread), else Relu and Clip there only without C."""
     m, kk = a.shape
     n_cb = (n + cols - 1) // cols
-    lo, hi, kind = register_clamp(kind, act, has_c)
+    # a row C (a Linear layer's bias) is added in the microkernel's registers where it reads A in place, and then
+    # a Relu or Clip clamps there too: no pass over the output after
+    row_c = has_c and alpha == 1.0 and c.shape[0] == 1 and c.shape[1] == n
+    cb = np.zeros(bp.shape[0] * packed_gemm.LANES, dtype=np.float32)
+    if row_c:
+        bt = np.float32(beta)
+        for j in range(n):
+            cb[j] = bt * c[0, j]
+    c_after = has_c and not row_c
+    lo, hi, kind = register_clamp(kind, act, c_after)
     scratch = np.empty(packed_gemm.prepacked_scratch_size(kk, rows), dtype=np.float32)
     of = out.reshape(-1)
     for blk in range(blk0, blk1):
@@ -140,9 +150,9 @@ def gemm_packed_blocks(a, bp, n, c, alpha, beta, has_c, kind, act, rows, cols, c
         m1 = min(m, m0 + rows)
         n1 = min(n, n0 + cols)
         packed_gemm.gemm_prepacked(a, m0, m1, np.float32(alpha), bp, n0 // packed_gemm.LANES, n1 - n0, chunk_blocks,
-                                   of, m0 * n + n0, n, scratch, lo, hi)
-        if has_c or kind != IDENTITY:
-            _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1)
+                                   cb, of, m0 * n + n0, n, scratch, lo, hi)
+        if c_after or kind != IDENTITY:
+            _finish_block(out, c, beta, c_after, kind, act, m0, m1, n0, n1)
 
 
 @njit(cache=True, nogil=True, forceinline=True)

@@ -254,9 +254,10 @@ def prepacked_scratch_size(k, rows):
 
 
 @njit(cache=True, nogil=True, forceinline=True)
-def _tile_a_rows(af, a0, a_rs, rows, k, bf, b0, b_rs, cf, c0, c_rs, lo, hi):
+def _tile_a_rows(af, a0, a_rs, rows, k, bf, b0, b_rs, cb, cb0, cf, c0, c_rs, lo, hi):
     """_tile with A read in place: row r of the tile is af[a0 + r * a_rs:][:k] (rows past `rows` read the last
-    row again, their results unused), starting from zero."""
+    row again, their results unused); the LANES values of the row vector cb from cb0 are added to every row after
+    the sum (a Gemm's row C, as its epilogue adds it), then the clamp."""
     last = _u(rows - 1)
     r1, r2, r3 = a0 + min(_u(1), last) * a_rs, a0 + min(_u(2), last) * a_rs, a0 + min(_u(3), last) * a_rs
     r4, r5, r6 = a0 + min(_u(4), last) * a_rs, a0 + min(_u(5), last) * a_rs, a0 + min(_u(6), last) * a_rs
@@ -274,12 +275,16 @@ def _tile_a_rows(af, a0, a_rs, rows, k, bf, b0, b_rs, cf, c0, c_rs, lo, hi):
             acc5 = vfma(vsplat(af[r5 + i]), bv, acc5)
             acc6 = vfma(vsplat(af[r6 + i]), bv, acc6)
             acc7 = vfma(vsplat(af[r7 + i]), bv, acc7)
-    store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
+    cv, one = vload(cb, cb0), vsplat(np.float32(1))  # acc + cv as one rounding: 1 * cv is exact
+    store_rows(cf, c0, c_rs, rows, lo, hi, vfma(one, cv, acc0), vfma(one, cv, acc1), vfma(one, cv, acc2),
+               vfma(one, cv, acc3), vfma(one, cv, acc4), vfma(one, cv, acc5), vfma(one, cv, acc6), vfma(one, cv, acc7))
 
 
 @njit(cache=True, nogil=True, forceinline=True)
-def _rows_times_blocks(af, a0, a_rs, rows_left, k, bp, bb0, block_step, width, cf, c0, c_rs, scratch, lo, hi):
-    """_panels_times_blocks with A's rows read in place (MR at a time from af[a0], a_rs apart) and B packed."""
+def _rows_times_blocks(af, a0, a_rs, rows_left, k, bp, bb0, block_step, width, cb, cb0, cf, c0, c_rs, scratch, lo,
+                       hi):
+    """_panels_times_blocks with A's rows read in place (MR at a time from af[a0], a_rs apart) and B packed; the
+    row vector cb from cb0 (width values, zeros past them) added to each row (see _tile_a_rows)."""
     blocks = -(-width // LANES)
     for i0 in range(0, rows_left, MR):
         rows = min(MR, rows_left - i0)
@@ -289,22 +294,24 @@ def _rows_times_blocks(af, a0, a_rs, rows_left, k, bp, bb0, block_step, width, c
             bb = bb0 + _u(blk) * block_step
             j = blk * LANES
             if j + LANES <= width:
-                _tile_a_rows(af, a, a_rs, rows, k, bp, bb, _u(LANES), cf, crow + _u(j), c_rs, lo, hi)
+                _tile_a_rows(af, a, a_rs, rows, k, bp, bb, _u(LANES), cb, cb0 + _u(j), cf, crow + _u(j), c_rs, lo, hi)
             else:
-                _tile_a_rows(af, a, a_rs, rows, k, bp, bb, _u(LANES), scratch, _u(0), _u(LANES), lo, hi)
+                _tile_a_rows(af, a, a_rs, rows, k, bp, bb, _u(LANES), cb, cb0 + _u(j), scratch, _u(0), _u(LANES), lo,
+                             hi)
                 for r in range(rows):
                     for q in range(width - j):
                         cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[_u(r * LANES + q)]
 
 
 @njit(cache=True, nogil=True)
-def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, c_rs, scratch, lo, hi):
+def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cb, cf, c0, c_rs, scratch, lo, hi):
     """c = clamp(alpha * a[row0:row1] @ B[:, blk0 * LANES:blk0 * LANES + width], lo, hi): a (M, K) float32
     C-contiguous, its rows read in place where alpha is 1 (one thread, in turns in one process: 0.95-0.99x the
     time of packing them, K from 192 to 1,536), else packed here into panels scaled by alpha; B packed once
     (`pack_blocks`), taken
     `chunk_blocks` blocks per pass of the panels; c row i cf's `width` values at c0 + i * c_rs; `scratch` at
-    least prepacked_scratch_size(K, row1 - row0) long."""
+    least prepacked_scratch_size(K, row1 - row0) long. `cb`: a row vector over all of B's blocks (zeros past N) added
+    to every row before the clamp where A is read in place (alpha 1), unread otherwise."""
     k = a.shape[1]
     rows = row1 - row0
     bflat = bp.reshape(-1)
@@ -313,7 +320,8 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cf, c0, 
         af = a.reshape(-1)
         for j in range(0, width, step):
             _rows_times_blocks(af, _u(row0 * k), _u(k), rows, k, bflat, _u((blk0 * k * LANES) + j * k),
-                               _u(k * LANES), min(step, width - j), cf, _u(c0) + _u(j), _u(c_rs), scratch, lo, hi)
+                               _u(k * LANES), min(step, width - j), cb, _u(blk0 * LANES + j), cf, _u(c0) + _u(j),
+                               _u(c_rs), scratch, lo, hi)
         return
     panels = -(-rows // MR)
     for p in range(panels):
