@@ -308,15 +308,15 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cb, cf, 
     """c = clamp(alpha * a[row0:row1] @ B[:, blk0 * LANES:blk0 * LANES + width], lo, hi): a (M, K) float32
     C-contiguous, its rows read in place where alpha is 1 (one thread, in turns in one process: 0.95-0.99x the
     time of packing them, K from 192 to 1,536), else packed here into panels scaled by alpha; B packed once
-    (`pack_blocks`), taken
-    `chunk_blocks` blocks per pass of the panels; c row i cf's `width` values at c0 + i * c_rs; `scratch` at
-    least prepacked_scratch_size(K, row1 - row0) long. `cb`: a row vector over all of B's blocks (zeros past N) added
-    to every row before the clamp where A is read in place (alpha 1), unread otherwise."""
+    (`pack_blocks`), taken `chunk_blocks` blocks per pass of the panels; c row i cf's `width` values at c0 + i *
+    c_rs; `scratch` at least prepacked_scratch_size(K, row1 - row0) long. `cb`: a row vector over all of B's
+    blocks (zeros past N) added to every row before the clamp where A is read in place (alpha 1), unread
+    otherwise."""
     k = a.shape[1]
     rows = row1 - row0
     bflat = bp.reshape(-1)
     step = chunk_blocks * LANES
-    if alpha == 1:  # A's rows read in place: packing them cost 5-10% of a GEMM of K = 1536
+    if alpha == 1:  # A's rows read in place (above)
         af = a.reshape(-1)
         for j in range(0, width, step):
             _rows_times_blocks(af, _u(row0 * k), _u(k), rows, k, bflat, _u((blk0 * k * LANES) + j * k),

@@ -81,8 +81,8 @@ def _gemm_blocks(m, kk, n):
 def _packed_gemm_call(m, kk, bp, n, c, alpha, beta, has_c, act, sites=None):
     """(the kernel, or its CallSite from `sites`, the arguments between A and the output, units, work) of the
     packed GEMM of M rows of float32 A times B packed (`bp`, N columns). A's rows are split first, each unit
-    packing only its own (cut along B's columns, every unit packed all of A: a 197x768 @ 768x192 MatMul ran at 92
-    GFLOP/s on two Zen 3 threads)."""
+    reading (or packing) only its own (cut along B's columns, every unit packed all of A: a 197x768 @ 768x192
+    MatMul ran at 92 GFLOP/s on two Zen 3 threads)."""
     nth, rows, cols = _gemm_blocks(m, kk, n)
     if m >= nth * GEMM_MIN_ROWS:
         rows, cols = -(-m // (nth * packed_gemm.MR)) * packed_gemm.MR, n
