@@ -37,7 +37,7 @@ from numba.core.extending import overload
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
-from onnxjit.kernels.linalg import IDENTITY, activate, matmul_on_this_thread, register_clamp
+from onnxjit.kernels.linalg import IDENTITY, activate, activate_rows, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
                                          scratch_size, store_rows, tile_at_offsets)
 from onnxjit.kernels.simd import (LANES, columns, into_window, to_planes, vclamp, vfma, vload, vload_cols,
@@ -185,18 +185,9 @@ def _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act):
             else:
                 for j in range(p0, p0 + npx):
                     orow[_u(j)] += bv
-    if kind != IDENTITY:
-        # over the flat output, and in one call where the rows are whole (a small plane's tile): a call per row
-        # cost 40-70 ns, a 1152-channel 7x7 conv's Swish 1,152 calls
+    if kind != IDENTITY:  # whole rows (a small plane's tile) in one call
         plane = out3.shape[2]
-        of = out3.reshape(-1)
-        first = (n * out3.shape[1] + m0) * plane
-        if npx == plane:
-            activate(of, first, first + (m1 - m0) * plane, kind, act)
-        else:
-            for mo in range(m1 - m0):
-                start = first + mo * plane + p0
-                activate(of, start, start + npx, kind, act)
+        activate_rows(out3.reshape(-1), (n * out3.shape[1] + m0) * plane, plane, m1 - m0, p0, npx, kind, act)
 
 
 @njit(cache=True, nogil=True, forceinline=True)

@@ -102,6 +102,19 @@ def activate(y, j0, j1, kind, act):
             y[_u(j)] = v * vmath.sigmoid(a * v)
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def activate_rows(of, first, row_len, rows, start, width, kind, act):
+    """`activate` over `rows` rows of the flat array of, row_len apart from of[first], the `width` values from
+    `start` in each: in one call where the rows are whole (a call per row cost 40-70 ns: 1,280 HardSwish rows of a
+    7x7 conv output took 38.6 us, one call 9.6)."""
+    if width == row_len:
+        activate(of, first, first + rows * row_len, kind, act)
+    else:
+        for r in range(rows):
+            j0 = first + r * row_len + start
+            activate(of, j0, j0 + width, kind, act)
+
+
 @njit(cache=True, nogil=True)
 def gemm_blocks(a, b, trans_b, c, alpha, beta, has_c, kind, act, rows, cols, out, blk0, blk1):
     """out = activation(alpha * a @ op(b) + beta * c) for the blocks [blk0, blk1) of `rows` rows by `cols`
@@ -183,14 +196,9 @@ def _finish_block(out, c, beta, has_c, kind, act, m0, m1, n0, n1):
             else:
                 for j in range(n0, n1):
                     yr[_u(j)] += bt * cr[_u(j)]
-    if kind != IDENTITY:  # over the flat output, whole rows in one call (see conv._finish_rows)
+    if kind != IDENTITY:
         n = out.shape[1]
-        of = out.reshape(-1)
-        if n0 == 0 and n1 == n:
-            activate(of, m0 * n, m1 * n, kind, act)
-        else:
-            for i in range(m0, m1):
-                activate(of, i * n + n0, i * n + n1, kind, act)
+        activate_rows(out.reshape(-1), m0 * n, n, m1 - m0, n0, n1 - n0, kind, act)
 
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})

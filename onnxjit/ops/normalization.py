@@ -154,6 +154,12 @@ def input_is_dead_fresh_buffer(node) -> bool:
 _STASH = {T.FLOAT: np.dtype(np.float32), T.DOUBLE: F64, T.BFLOAT16: np_dtype(T.BFLOAT16)}
 
 
+@functools.lru_cache(maxsize=64)
+def _zeros(n: int, char: str) -> np.ndarray:
+    """A read-only row of n zeros of the dtype with this one-letter code, made once."""
+    return ro(np.zeros(n, char))
+
+
 def _param_rows(p, shape: tuple, a: int, rows: int, n: int, cdt: np.dtype) -> np.ndarray:
     """Scale or B as a (1, n) array (it broadcasts to the normalized dims) or a (rows, n) one (it also spans
     leading dims of X), in the compute dtype."""
@@ -181,7 +187,7 @@ def layer_norm(x, scale, bias, axis: int, eps: float, stash_dtype: np.dtype, n_o
     inv = np.empty(rows, cdt)
     if x.size:
         sc = _param_rows(scale, shape, a, rows, n, cdt)
-        bi = ro(np.zeros((1, n), cdt)) if bias is None else _param_rows(bias, shape, a, rows, n, cdt)
+        bi = _zeros(n, cdt.char).reshape(1, n) if bias is None else _param_rows(bias, shape, a, rows, n, cdt)
         if inplace and dtype == cdt and x.flags.c_contiguous and x.flags.writeable:
             y = x.reshape(rows, n)
             _run_rows(_dummy_rows(cdt), y, kn.LAYER_NORM_INPLACE, sc, bi, eps, mean, inv)
@@ -219,7 +225,7 @@ def softmax_layer_norm(x, mode: int, sm_axis: int, per_axis: bool, scale, bias, 
     n = shape[last]
     rows = x.size // n
     sc = _param_rows(scale, shape, last, rows, n, dtype)
-    bi = ro(np.zeros((1, n), dtype)) if bias is None else _param_rows(bias, shape, last, rows, n, dtype)
+    bi = _zeros(n, dtype.char).reshape(1, n) if bias is None else _param_rows(bias, shape, last, rows, n, dtype)
     y = np.empty((rows, n), dtype)
     mean, inv = np.empty(rows, dtype), np.empty(rows, dtype)
     op = kn.LOG_SOFTMAX_LAYER_NORM if mode == LOGSOFTMAX else kn.SOFTMAX_LAYER_NORM
@@ -298,12 +304,6 @@ def skip_layer_norm(x, skip, gamma, beta, bias, eps: float, n_out: int, want_sum
     if want_sum:
         return layer_norm(total, gamma, beta, -1, eps, stash, 3) + [total]
     return layer_norm(total, gamma, beta, -1, eps, stash, max(n_out, 1), inplace=True)
-
-
-@functools.lru_cache(maxsize=64)
-def _zeros(n: int, char: str) -> np.ndarray:
-    """A read-only row of n zeros of the dtype with this one-letter code, made once."""
-    return ro(np.zeros(n, char))
 
 
 def _fused_skip(x, skip, gamma, beta, bias) -> bool:
