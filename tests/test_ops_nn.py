@@ -261,6 +261,25 @@ def test_conv_winograd_runs_and_matches(xs, ws, attrs, bias, dtype, monkeypatch)
     assert calls
 
 
+@pytest.mark.parametrize("tile_rows,m_block", [(1, 8), (2, 40), (3, 16), (8, 24)])
+def test_conv_winograd_any_blocking(tile_rows, m_block, monkeypatch):
+    """Every blocking ops.nn._winograd_blocks may pick computes the same conv: one tile row a unit or several, the
+    output channels whole or split in panels (batched, partial tiles, uneven pads)."""
+    from onnxjit.ops import nn as ops_nn
+    monkeypatch.setattr(ops_nn, "_winograd_blocks",
+                        lambda n_img, cg, m_out, th, wq, itemsize, nth: (min(tile_rows, th), min(m_block, m_out)))
+    _check_conv(*WINOGRAD_CASES[1], dtype=F32)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4, 16])
+def test_winograd_blocks_read_large_weights_once_per_thread(threads):
+    """Transformed weights far over any L2 (512->512 over 28x28 pixels: 38 MB) are read once per thread, each
+    thread a unit or none: no more units than threads (one tile row a unit read them 7 times, 4x the time)."""
+    from onnxjit.ops import nn as ops_nn
+    tile_rows, m_block = ops_nn._winograd_blocks(1, 512, 512, 7, 8, 4, threads)
+    assert -(-7 // tile_rows) * -(-512 // m_block) <= threads
+
+
 @pytest.mark.parametrize("op,ws", [("Conv", (16, 16, 3, 3)), ("Conv", (8, 16, 1, 1)),
                                    ("ConvTranspose", (16, 8, 2, 2))])
 def test_fed_weights_written_in_place_between_runs(op, ws):
