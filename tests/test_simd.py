@@ -10,7 +10,8 @@ import numba
 import numpy as np
 import pytest
 
-from onnxjit.kernels.simd import LANES, TILE, columns, vload_cols, vload_even_cols, vstore_first, vtranspose
+from onnxjit.kernels.simd import (LANES, TILE, columns, prefetch_l2, vload_cols, vload_even_cols, vstore_first,
+                                  vtranspose)
 
 HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
 
@@ -41,6 +42,25 @@ def test_vtranspose_is_shuffles():
     asm = "\n".join(_transpose.inspect_asm().values())
     assert len(re.findall(r"\bv(?:perm|unpck|shuf|insert|blend)\w*", asm)) >= TILE
     assert not re.findall(r"vmovss\s", asm)  # no element moves
+
+
+@numba.njit
+def _prefetch_then_sum(a, ahead):
+    total = np.float32(0)
+    for i in range(a.size):
+        prefetch_l2(a, min(a.size - 1, i + ahead))
+        total += a[i]
+    return total
+
+
+def test_prefetch_l2_is_a_hint_into_l2():
+    """prefetch_l2 changes nothing it touches and compiles to x86's prefetcht1 (into L2, not L1)."""
+    a = np.arange(100, dtype=np.float32)
+    assert _prefetch_then_sum(a, 32) == a.sum()
+    np.testing.assert_array_equal(a, np.arange(100, dtype=np.float32))
+    if HAS_AVX2:
+        asm = "\n".join(_prefetch_then_sum.inspect_asm().values())
+        assert re.search(r"\bprefetcht1\b", asm)
 
 
 @numba.njit
