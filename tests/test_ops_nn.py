@@ -162,7 +162,7 @@ KERNEL_CASES = {
         ((1, 64, 9, 9), (40, 64, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), False),  # three passes, strided
         ((1, 8, 50, 1), (16, 8, 5, 1), dict(pads=[2, 0, 2, 0]), True),  # a 1-D conv written as 2-D: rows of 1
         ((1, 24, 14, 14), (24, 24, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # below Winograd's tiles (float32)
-        ((1, 3, 32, 32), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem
+        ((1, 3, 32, 32), (40, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a stem, 40 channels
         ((2, 3, 30, 27), (20, 3, 7, 7), dict(strides=[2, 2], pads=[3, 3, 3, 3]), False),  # a partial block, images
         ((1, 4, 9, 11), (7, 4, 3, 3), dict(pads=[0, 2, 1, 0], strides=[1, 2]), True),  # uneven pads
         ((1, 2, 12, 12), (5, 2, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
@@ -171,6 +171,16 @@ KERNEL_CASES = {
         # few output channels (densenet's 128->32 over 7x7); bands for the threads
         ((1, 48, 7, 7), (32, 48, 3, 3), dict(pads=[1, 1, 1, 1]), True),
         ((2, 64, 9, 9), (24, 64, 3, 3), dict(pads=[1, 1, 1, 1]), False),
+    ],
+    # stems (at most 4 input channels, at most a vector of output channels) over rows of a vector or more: output
+    # pixels as the lanes
+    "conv_rows": [
+        ((1, 3, 66, 70), (16, 3, 3, 3), dict(strides=[2, 2], pads=[1, 1, 1, 1]), True),  # a last vector overlapping
+        ((2, 3, 20, 64), (12, 3, 3, 3), dict(pads=[1, 1, 1, 1]), False),  # a partial panel, images
+        ((1, 2, 9, 70), (5, 2, 5, 5), dict(strides=[2, 2], pads=[2, 1, 0, 2]), True),  # uneven pads
+        ((1, 4, 12, 40), (8, 4, 3, 3), dict(dilations=[2, 2], pads=[2, 2, 2, 2]), True),
+        ((1, 1, 5, 96), (3, 1, 1, 3), dict(pads=[0, 1, 0, 1]), False),  # one channel, a 1x3 kernel
+        ((1, 3, 64, 64), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # enough work for the threads
     ],
     # depthwise with output rows narrower than 3/4 of a vector (or column strides over 2): channels-last in registers
     "conv_depthwise_blocked": [

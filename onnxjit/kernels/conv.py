@@ -598,6 +598,96 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 
 @njit(cache=True, nogil=True)
+def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
+    """A dense 2-D float32 conv over few input channels (a stem: 3 channels to 16, 32 or 64) with output pixels as
+    the vector lanes, units [u0, u1) of (image, band of `tile_rows` output rows); x, z and out 5-D as
+    conv_direct's, wp the weights as packed_gemm panels (`pack_panels` of (1, M, C x KH x KW)): per output row, a
+    vector of LANES output pixels at a time (a row's last one ending at its end, overlapping the one before) and a
+    panel of MR output channels, each tap one masked load of the input row straight from NCHW (simd.vload_cols;
+    column stride 2 the even columns of two vectors) shared by the panel's MR FMAs, its weights broadcast. The sums
+    stay in registers until the bias, residual and a Relu or Clip are applied and the MR rows are stored as they
+    lie in NCHW; other activations run over each channel's band of rows.
+
+    Why: conv_broadcast puts output channels in the lanes, which a stem of 16 channels fills half of (AVX-512) and
+    whose 27 taps a pixel cost a channels-last tile turned back to NCHW; as an im2col GEMM a stem is mostly its
+    im2col."""
+    n_ch, in_h, in_w = x.shape[1], x.shape[3], x.shape[4]
+    oh, ow = out.shape[3], out.shape[4]
+    kh, kw = k[1], k[2]
+    sh, sw = s[1], s[2]
+    dh, dw = d[1], d[2]
+    ph, pw = p[1], p[2]
+    kk = n_ch * kh * kw
+    panels = wp.shape[1]
+    wf = wp.reshape(-1)
+    one = vsplat(np.float32(1))
+    lo, hi, kind = register_clamp(kind, act, False)  # the residual is added in registers, before the clamp
+    has_z = z.size > 0
+    plane, oplane = in_h * in_w, oh * ow
+    xf, of, zf = x.reshape(-1), out.reshape(-1), z.reshape(-1)
+    masks = np.empty(kw, dtype=np.uint64)
+    bands = -(-oh // tile_rows)
+    for u in range(u0, u1):
+        n = u // bands
+        r0 = (u - n * bands) * tile_rows
+        r1 = min(oh, r0 + tile_rows)
+        for i in range(r0, r1):
+            for j in range(0, ow, LANES):
+                j = min(j, ow - LANES)  # (ow >= LANES: whole-vector stores)
+                for e in range(kw):  # each column shift's mask, for every input row and channel
+                    masks[e] = columns(j * sw + e * dw - pw, in_w, sw)
+                for pn in range(panels):
+                    m0 = pn * MR
+                    rows = min(MR, m_out - m0)
+                    s0, s1, s2, s3, s4, s5, s6, s7 = bias_rows(bias, m0, m_out)
+                    a0, a1, a2, a3 = vsplat(s0), vsplat(s1), vsplat(s2), vsplat(s3)
+                    a4, a5, a6, a7 = vsplat(s4), vsplat(s5), vsplat(s6), vsplat(s7)
+                    w0 = pn * kk * MR
+                    for c in range(n_ch):
+                        for b in range(kh):
+                            r = i * sh + b * dh - ph
+                            if r < 0 or r >= in_h:
+                                continue
+                            at = (n * n_ch + c) * plane + r * in_w + j * sw - pw
+                            wa = w0 + (c * kh + b) * kw * MR
+                            for e in range(kw):
+                                xv = _load_columns(xf, at + e * dw, masks[e], sw)
+                                q = _u(wa + e * MR)
+                                a0 = vfma(vsplat(wf[q]), xv, a0)
+                                a1 = vfma(vsplat(wf[q + _u(1)]), xv, a1)
+                                a2 = vfma(vsplat(wf[q + _u(2)]), xv, a2)
+                                a3 = vfma(vsplat(wf[q + _u(3)]), xv, a3)
+                                if MR > 4:
+                                    a4 = vfma(vsplat(wf[q + _u(4)]), xv, a4)
+                                    a5 = vfma(vsplat(wf[q + _u(5)]), xv, a5)
+                                    a6 = vfma(vsplat(wf[q + _u(6)]), xv, a6)
+                                    a7 = vfma(vsplat(wf[q + _u(7)]), xv, a7)
+                    o = (n * m_out + m0) * oplane + i * ow + j
+                    if has_z:  # an FMA by 1: one rounding, as the sum's
+                        a0 = vfma(one, vload(zf, _u(o)), a0)
+                        if rows > 1:
+                            a1 = vfma(one, vload(zf, _u(o + oplane)), a1)
+                        if rows > 2:
+                            a2 = vfma(one, vload(zf, _u(o + 2 * oplane)), a2)
+                        if rows > 3:
+                            a3 = vfma(one, vload(zf, _u(o + 3 * oplane)), a3)
+                        if MR > 4:
+                            if rows > 4:
+                                a4 = vfma(one, vload(zf, _u(o + 4 * oplane)), a4)
+                            if rows > 5:
+                                a5 = vfma(one, vload(zf, _u(o + 5 * oplane)), a5)
+                            if rows > 6:
+                                a6 = vfma(one, vload(zf, _u(o + 6 * oplane)), a6)
+                            if rows > 7:
+                                a7 = vfma(one, vload(zf, _u(o + 7 * oplane)), a7)
+                    store_rows(of, _u(o), _u(oplane), rows, lo, hi, a0, a1, a2, a3, a4, a5, a6, a7)
+        if kind != IDENTITY:
+            for m in range(m_out):
+                base = (n * m_out + m) * oplane
+                activate(of, base + r0 * ow, base + r1 * ow, kind, act)
+
+
+@njit(cache=True, nogil=True)
 def conv_depthwise_blocked(x, wt, bias, z, k, s, d, p, kind, act, out, u0, u1):
     """A depthwise 2-D conv (group = channels = outputs) of float32 NCHW images, units [u0, u1) of (image, block
     of LANES channels), x, w, z and out 5-D as conv_direct's. Each unit copies its channels of the input,

@@ -61,6 +61,13 @@ PADDED_CONV_MAX_K = 1024
 # One Emerald Rapids thread, the kernels alone, rows / blocked: 88 channels 3x3 at 28x28 41 / 79 us, 72 at 56x56
 # stride 2 (28x28 out) 61 / 185; 240 5x5 at 14x14 137 / 94, 576 at 7x7 156 / 59, 96 at 28x28 stride 2 93 / 60
 DEPTHWISE_ROWS_MIN_FILL = (3, 4)
+# float32 dense 2-D convs of at most this many input channels (stems) to at most a vector of output channels, column
+# stride 1 or 2 and output rows at least a vector wide run with output pixels as the lanes (kernels.conv.conv_rows),
+# in units of this many rows. Two threads of an Intel Xeon AVX-512 VM, 4 convs of a shape against conv_broadcast:
+# 3->16 3x3 stride 2 over 224x224 305 -> 253 us, 3->32 217 -> 181 (onnxruntime 120 and 255); a 3->64 7x7 stem,
+# whose 64 channels fill conv_broadcast's vectors, 960 -> 1299, so it stays there
+ROWS_CONV_MAX_CHANNELS = 4
+ROWS_CONV_TILE_ROWS = 4
 # float32 2-D pools whose padded plane and output plane have at most these many pixels run channels-last
 # (kernels.pool.pool_blocked), else as separable passes (kernels.pool.pool). In-process A/B, single-op sessions, two
 # Emerald Rapids threads, separable -> channels-last (onnxruntime): 3x3 stride-1 averages over 576 planes of 14x14
@@ -393,6 +400,11 @@ def build_conv(node):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
+        elif (itemsize == 4 and r == 2 and group == 1 and cg <= ROWS_CONV_MAX_CHANNELS and kk > cg
+              and m_out <= LANES and s3[2] <= 2 and out[1] >= LANES):
+            mode = "rows"
+            tile_rows, m_blocks = ROWS_CONV_TILE_ROWS, 1
+            units = n_img * -(-out[0] // tile_rows)
         elif itemsize == 4 and r == 2 and group == 1 and not pointwise and kk > cg:
             # (a strided 1x1 conv, kk == cg, is a GEMM over every s-th pixel: conv_packed's im2col picks them;
             # here it ran 2-3x as long, resnets' 256->512 projection over 56x56 3.1 vs 1.05 ms, 2 threads)
@@ -474,6 +486,10 @@ def build_conv(node):
             return (CallSite(kconv.conv_broadcast), (None, broadcast_weights.of(w), bias, None, k, s, d, p, tile_rows,
                                                      m_blocks, act.kind, consts, None), (0, 3, 12), shape, shape5,
                     units, work, False)
+        if mode == "rows":
+            return (CallSite(kconv.conv_rows), (None, packed_weights.of(w), w.shape[0], bias, None, k, s, d, p,
+                                                tile_rows, act.kind, consts, None), (0, 4, 12), shape, shape5, units,
+                    work, False)
         if mode == "depthwise-rows":
             return (CallSite(kconv.conv_depthwise_rows), (None, w5, bias, None, k, s, d, p, act.kind, consts, None),
                     (0, 3, 10), shape, shape5, units, work, False)
