@@ -39,7 +39,7 @@ from onnxjit.cache.jit import njit
 from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, activate_rows, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
-                                         scratch_size, store_rows, tile_at_offsets)
+                                         panel_fma, scratch_size, store_rows, tile_at_offsets)
 from onnxjit.kernels.simd import (LANES, columns, into_window, prefetch_l2, to_planes, vclamp, vfma, vload, vload_cols,
                                   vload_even_cols, vsplat, vstore, vstore_first)
 from onnxjit.kernels.views import u64 as _u
@@ -652,16 +652,8 @@ def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, 
                             wa = w0 + (c * kh + b) * kw * MR
                             for e in range(kw):
                                 xv = _load_columns(xf, at + e * dw, masks[e], sw)
-                                q = _u(wa + e * MR)
-                                a0 = vfma(vsplat(wf[q]), xv, a0)
-                                a1 = vfma(vsplat(wf[q + _u(1)]), xv, a1)
-                                a2 = vfma(vsplat(wf[q + _u(2)]), xv, a2)
-                                a3 = vfma(vsplat(wf[q + _u(3)]), xv, a3)
-                                if MR > 4:
-                                    a4 = vfma(vsplat(wf[q + _u(4)]), xv, a4)
-                                    a5 = vfma(vsplat(wf[q + _u(5)]), xv, a5)
-                                    a6 = vfma(vsplat(wf[q + _u(6)]), xv, a6)
-                                    a7 = vfma(vsplat(wf[q + _u(7)]), xv, a7)
+                                a0, a1, a2, a3, a4, a5, a6, a7 = panel_fma(wf, _u(wa + e * MR), xv, a0, a1, a2, a3,
+                                                                           a4, a5, a6, a7)
                     o = (n * m_out + m0) * oplane + i * ow + j
                     if has_z:  # an FMA by 1: one rounding, as the sum's
                         a0 = vfma(one, vload(zf, _u(o)), a0)

@@ -50,6 +50,22 @@ def pack_panels(a):
 
 
 @njit(cache=True, nogil=True, forceinline=True)
+def panel_fma(ap, q, v, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
+    """acc_r + ap[q + r] * v for the MR rows r of a panel's step at ap[q] (the accumulators past MR as they are):
+    the microkernel's step, shared by the tiles here and conv.conv_rows."""
+    acc0 = vfma(vsplat(ap[q]), v, acc0)
+    acc1 = vfma(vsplat(ap[q + _u(1)]), v, acc1)
+    acc2 = vfma(vsplat(ap[q + _u(2)]), v, acc2)
+    acc3 = vfma(vsplat(ap[q + _u(3)]), v, acc3)
+    if MR > 4:
+        acc4 = vfma(vsplat(ap[q + _u(4)]), v, acc4)
+        acc5 = vfma(vsplat(ap[q + _u(5)]), v, acc5)
+        acc6 = vfma(vsplat(ap[q + _u(6)]), v, acc6)
+        acc7 = vfma(vsplat(ap[q + _u(7)]), v, acc7)
+    return acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
+
+
+@njit(cache=True, nogil=True, forceinline=True)
 def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi, pf):
     """cf[c0 + r * c_rs + j] = clamp(s[r] + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
     r < `rows` of the panel at a0 and the LANES columns j at b0 and c0 (s: `bias_rows`); meanwhile the panel at
@@ -63,15 +79,8 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi, pf):
         bv = vload(bf, b0 + _u(i) * b_rs)
         ai = a0 + _u(i * MR)
         prefetch_l2(ap, pf + _u(i * MR))
-        acc0 = vfma(vsplat(ap[ai]), bv, acc0)
-        acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
-        acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
-        acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
-        if MR > 4:
-            acc4 = vfma(vsplat(ap[ai + _u(4)]), bv, acc4)
-            acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
-            acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
-            acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = panel_fma(ap, ai, bv, acc0, acc1, acc2, acc3, acc4, acc5,
+                                                                   acc6, acc7)
     store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
@@ -84,15 +93,8 @@ def tile_at_offsets(ap, a0, k, bf, b0, offs, cf, c0, s, lo, hi):
     for i in range(k):
         bv = vload(bf, b0 + _u(offs[i]))
         ai = a0 + _u(i * MR)
-        acc0 = vfma(vsplat(ap[ai]), bv, acc0)
-        acc1 = vfma(vsplat(ap[ai + _u(1)]), bv, acc1)
-        acc2 = vfma(vsplat(ap[ai + _u(2)]), bv, acc2)
-        acc3 = vfma(vsplat(ap[ai + _u(3)]), bv, acc3)
-        if MR > 4:
-            acc4 = vfma(vsplat(ap[ai + _u(4)]), bv, acc4)
-            acc5 = vfma(vsplat(ap[ai + _u(5)]), bv, acc5)
-            acc6 = vfma(vsplat(ap[ai + _u(6)]), bv, acc6)
-            acc7 = vfma(vsplat(ap[ai + _u(7)]), bv, acc7)
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = panel_fma(ap, ai, bv, acc0, acc1, acc2, acc3, acc4, acc5,
+                                                                   acc6, acc7)
     store_rows(cf, c0, _u(LANES), MR, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
 
 
