@@ -599,7 +599,7 @@ def conv_depthwise_rows(x, w, bias, z, k, s, d, p, kind, act, out, u0, u1):
 
 @njit(cache=True, nogil=True)
 def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, u1):
-    """A dense 2-D float32 conv over few input channels (a stem: 3 channels to 16, 32 or 64) with output pixels as
+    """A dense 2-D float32 conv over few input channels (a stem: 3 channels to 16 or 32) with output pixels as
     the vector lanes, units [u0, u1) of (image, band of `tile_rows` output rows); x, z and out 5-D as
     conv_direct's, wp the weights as packed_gemm panels (`pack_panels` of (1, M, C x KH x KW)): per output row, a
     vector of LANES output pixels at a time (a row's last one ending at its end, overlapping the one before) and a
