@@ -40,8 +40,8 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, activate_rows, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
                                          panel_fma, scratch_size, store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import (LANES, columns, into_window, prefetch_l2, to_planes, vclamp, vfma, vload, vload_cols,
-                                  vload_even_cols, vsplat, vstore, vstore_first)
+from onnxjit.kernels.simd import (LANES, LINE_FLOATS, columns, into_window, prefetch_l2, to_planes, vclamp, vfma,
+                                  vload, vload_cols, vload_even_cols, vsplat, vstore, vstore_first)
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -625,17 +625,20 @@ def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, 
     has_z = z.size > 0
     plane, oplane = in_h * in_w, oh * ow
     xf, of, zf = x.reshape(-1), out.reshape(-1), z.reshape(-1)
-    masks = np.empty(kw, dtype=np.uint64)
+    n_vec = -(-ow // LANES)
+    masks = np.empty((n_vec, kw), dtype=np.uint64)  # each vector's column shifts, for every row and channel
+    for jv in range(n_vec):
+        j = min(jv * LANES, ow - LANES)  # (ow >= LANES: whole-vector stores, the last ending at the row's end)
+        for e in range(kw):
+            masks[jv, e] = columns(j * sw + e * dw - pw, in_w, sw)
     bands = -(-oh // tile_rows)
     for u in range(u0, u1):
         n = u // bands
         r0 = (u - n * bands) * tile_rows
         r1 = min(oh, r0 + tile_rows)
         for i in range(r0, r1):
-            for j in range(0, ow, LANES):
-                j = min(j, ow - LANES)  # (ow >= LANES: whole-vector stores)
-                for e in range(kw):  # each column shift's mask, for every input row and channel
-                    masks[e] = columns(j * sw + e * dw - pw, in_w, sw)
+            for jv in range(n_vec):
+                j = min(jv * LANES, ow - LANES)
                 for pn in range(panels):
                     m0 = pn * MR
                     rows = min(MR, m_out - m0)
@@ -651,7 +654,7 @@ def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, 
                             at = (n * n_ch + c) * plane + r * in_w + j * sw - pw
                             wa = w0 + (c * kh + b) * kw * MR
                             for e in range(kw):
-                                xv = _load_columns(xf, at + e * dw, masks[e], sw)
+                                xv = _load_columns(xf, at + e * dw, masks[jv, e], sw)
                                 a0, a1, a2, a3, a4, a5, a6, a7 = panel_fma(wf, _u(wa + e * MR), xv, a0, a1, a2, a3,
                                                                            a4, a5, a6, a7)
                     o = (n * m_out + m0) * oplane + i * ow + j
@@ -674,9 +677,7 @@ def conv_rows(x, wp, m_out, bias, z, k, s, d, p, tile_rows, kind, act, out, u0, 
                                 a7 = vfma(one, vload(zf, _u(o + 7 * oplane)), a7)
                     store_rows(of, _u(o), _u(oplane), rows, lo, hi, a0, a1, a2, a3, a4, a5, a6, a7)
         if kind != IDENTITY:
-            for m in range(m_out):
-                base = (n * m_out + m) * oplane
-                activate(of, base + r0 * ow, base + r1 * ow, kind, act)
+            activate_rows(of, n * m_out * oplane, oplane, m_out, r0 * ow, (r1 - r0) * ow, kind, act)
 
 
 @njit(cache=True, nogil=True)
@@ -860,10 +861,10 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
                 t1 = min(taps, t0 + BROADCAST_TAPS_PER_PASS)
                 last = t1 == taps
                 ahead = wb + t1 * LANES  # the next pass's weights (the next block's first), into L2 meanwhile
-                lines = (min(wt.size, ahead + BROADCAST_TAPS_PER_PASS * LANES) - ahead) // 16
+                lines = (min(wt.size, ahead + BROADCAST_TAPS_PER_PASS * LANES) - ahead) // LINE_FLOATS
                 for q0 in range(0, npx, MR):
                     for line in range(lines * q0 // npx, lines * min(npx, q0 + MR) // npx):
-                        prefetch_l2(wt, _u(ahead + line * 16))
+                        prefetch_l2(wt, _u(ahead + line * LINE_FLOATS))
                     _broadcast_tile(buf, pix, q0, offs, t0, t1, wt, wb, acc, t0 == 0, b0, lo if last else no_lo,
                                     hi if last else no_hi)
             m0 = mb * LANES

@@ -90,6 +90,9 @@ def vstore(typingctx, arr, index, v):
     return types.none(arr, index, v), codegen
 
 
+LINE_FLOATS = 16  # float32s in a 64-byte cache line: one prefetch_l2 each
+
+
 @intrinsic
 def prefetch_l2(typingctx, arr, index):
     """A hint to bring the cache line of arr.flat[index] into L2 (x86's prefetcht1); no load, no fault."""

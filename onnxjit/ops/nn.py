@@ -699,7 +699,8 @@ def _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth):
     mr, lanes = (packed_gemm.MR, LANES) if packed else (1, 1)
     best = None
     for splits in range(1, nth + 1):
-        m_block = min(m_out, -(-(-(-m_out // splits)) // mr) * mr)
+        share = -(-m_out // splits)  # in whole panels of mr rows
+        m_block = min(m_out, -(-share // mr) * mr)
         if splits > 1 and m_block < WINOGRAD_MIN_CHANNELS:
             break
         n_mb = -(-m_out // m_block)
