@@ -1,6 +1,7 @@
 """kernels.simd's register-level helpers against numpy: `vtranspose` turns a TILE x TILE tile of any row strides
 (offsets into larger arrays), leaving everything around it as it was, and compiles to shuffles, not element
-moves; the masked column loads and stores read and write only the columns their masks allow."""
+moves; the masked column loads and stores read and write only the columns their masks allow; the aligned
+buffers start on a cache line."""
 from __future__ import annotations
 
 import re
@@ -10,8 +11,8 @@ import numba
 import numpy as np
 import pytest
 
-from onnxjit.kernels.simd import (LANES, TILE, columns, prefetch_l2, vload_cols, vload_even_cols, vstore_first,
-                                  vtranspose)
+from onnxjit.kernels.simd import (LANES, TILE, aligned_array, aligned_empty, aligned_full, columns, prefetch_l2,
+                                  vload_cols, vload_even_cols, vstore_first, vtranspose)
 
 HAS_AVX2 = "avx2" in llvm.get_host_cpu_features().flatten()
 
@@ -83,3 +84,26 @@ def test_masked_columns_read_and_write_inside_only(col, ncols, n):
         want = np.where((cols >= 0) & (cols < ncols), start + cols + 1, 0).astype(np.float32)
         np.testing.assert_array_equal(got[:n], want[:n])
         assert (got[n:] == -1).all()
+
+
+@numba.njit
+def _aligned_starts(sizes, value):
+    starts = np.empty(sizes.size, np.int64)
+    filled = True
+    for i in range(sizes.size):
+        a = aligned_empty(sizes[i])
+        b = aligned_full(sizes[i], value)
+        filled &= a.size == sizes[i] and b.size == sizes[i] and (b == value).all()
+        starts[i] = max(a.ctypes.data % 64, b.ctypes.data % 64)
+    return starts, filled
+
+
+def test_aligned_buffers_start_on_a_cache_line():
+    # numba's and numpy's own arrays start 32 (numba) or 16 (numpy, large arrays) bytes past a line as a rule
+    sizes = np.arange(1, 3000, 37)
+    starts, filled = _aligned_starts(sizes, np.float32(-1.5))
+    assert (starts == 0).all() and filled
+    for shape, dtype in (((3, 17, LANES), np.float32), ((100_003,), np.float32), ((5, 7), np.int64)):
+        a = aligned_array(shape, dtype)
+        assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+        assert a.ctypes.data % 64 == 0

@@ -40,8 +40,9 @@ from onnxjit.kernels.blas import gemm
 from onnxjit.kernels.linalg import IDENTITY, activate, activate_rows, matmul_on_this_thread, register_clamp
 from onnxjit.kernels.packed_gemm import (MR, aligned_start, bias_rows, gemm_blocked, gemm_packed, pack_panels,
                                          panel_fma, scratch_size, store_rows, tile_at_offsets)
-from onnxjit.kernels.simd import (LANES, LINE_FLOATS, columns, into_window, prefetch_l2, to_planes, vclamp, vfma,
-                                  vload, vload_cols, vload_even_cols, vsplat, vstore, vstore_first)
+from onnxjit.kernels.simd import (LANES, LINE_FLOATS, aligned_array, aligned_empty, aligned_full, columns,
+                                  into_window, prefetch_l2, to_planes, vclamp, vfma, vload, vload_cols,
+                                  vload_even_cols, vsplat, vstore, vstore_first)
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -701,9 +702,9 @@ def conv_depthwise_blocked(x, wt, bias, z, k, s, d, p, kind, act, out, u0, u1):
     hp = (oh - 1) * sh + (kh - 1) * dh + 1  # rows and columns of the padded window the taps read
     wp = (ow - 1) * sw + (kw - 1) * dw + 1
     lanes = _u(LANES)
-    window = np.zeros(hp * wp * LANES, dtype=np.float32)  # its padding stays zero: units write the inside only
-    acc = np.empty(oh * ow * LANES, dtype=np.float32)
-    flat = np.empty(in_h * in_w * LANES, dtype=np.float32)
+    window = aligned_full(hp * wp * LANES, np.float32(0))  # its padding stays zero: units write the inside only
+    acc = aligned_empty(oh * ow * LANES)
+    flat = aligned_empty(in_h * in_w * LANES)
     bv = np.zeros(LANES, dtype=np.float32)
     lo, hi, kind = register_clamp(kind, act, z.size > 0)
     n_blocks = -(-n_ch // LANES)
@@ -766,9 +767,10 @@ def broadcast_weight_vectors(w):
     unit, a quarter of a 576-channel 5x5 depthwise conv over 7x7)."""
     m_out = w.shape[0]
     n_mb = -(-m_out // LANES)
-    wt = np.zeros((n_mb * LANES, w[0].size), dtype=np.float32)
-    wt[:m_out] = w.reshape(m_out, -1)
-    wt = np.ascontiguousarray(wt.reshape(n_mb, LANES, -1).transpose(0, 2, 1))
+    padded = np.zeros((n_mb * LANES, w[0].size), dtype=np.float32)
+    padded[:m_out] = w.reshape(m_out, -1)
+    wt = aligned_array((n_mb, w[0].size, LANES))  # each vector whole cache lines
+    wt[...] = padded.reshape(n_mb, LANES, -1).transpose(0, 2, 1)
     wt.flags.writeable = False
     return wt
 
@@ -823,7 +825,7 @@ def conv_broadcast(x, wt, bias, z, k, s, d, p, tile_rows, m_blocks, kind, act, o
                 offs[(c * kh + b) * kw + e] = (c * band_h + b * dh) * wp + e * dw
     slots = -(-tile_rows * ow // MR) * MR
     pix = np.zeros(slots, dtype=np.int64)  # each output pixel's place in buf (spare slots: 0, any place)
-    acc = np.empty(slots * LANES, dtype=np.float32)
+    acc = aligned_empty(slots * LANES)
     lo, hi, kind = register_clamp(kind, act, z.size > 0)
     no_lo, no_hi = np.float32(-np.inf), np.float32(np.inf)
     xf, of = x.reshape(-1), out.reshape(-1)

@@ -28,8 +28,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import (LANES, VECTOR_REGISTERS, columns, prefetch_l2, vclamp, vfma, vload, vload_cols,
-                                  vsplat, vstore)
+from onnxjit.kernels.simd import (LANES, VECTOR_REGISTERS, aligned_array, columns, prefetch_l2, vclamp, vfma, vload,
+                                  vload_cols, vsplat, vstore)
 from onnxjit.kernels.views import read_only
 from onnxjit.kernels.views import u64 as _u
 
@@ -47,7 +47,9 @@ def pack_panels(a):
     n_panels = -(-m // MR)
     padded = np.zeros((g, n_panels * MR, k), dtype=np.float32)
     padded[:, :m] = a
-    return np.ascontiguousarray(padded.reshape(g, n_panels, MR, k).transpose(0, 1, 3, 2))
+    panels = aligned_array((g, n_panels, k, MR))
+    panels[...] = padded.reshape(g, n_panels, MR, k).transpose(0, 1, 3, 2)
+    return panels
 
 
 @njit(cache=True, nogil=True, forceinline=True)
@@ -250,7 +252,9 @@ def pack_blocks(b):
     blocks = -(-n // LANES)
     padded = np.zeros((k, blocks * LANES), dtype=np.float32)
     padded[:, :n] = b
-    return np.ascontiguousarray(padded.reshape(k, blocks, LANES).transpose(1, 0, 2))
+    packed = aligned_array((blocks, k, LANES))  # each vector whole cache lines
+    packed[...] = padded.reshape(k, blocks, LANES).transpose(1, 0, 2)
+    return packed
 
 
 @njit(cache=True, nogil=True)

@@ -17,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
-from onnxjit.kernels.simd import LANES, into_window, to_planes, vfma, vload, vmax, vsplat, vstore
+from onnxjit.kernels.simd import (LANES, aligned_empty, aligned_full, into_window, to_planes, vfma, vload, vmax, vsplat,
+                                  vstore)
 from onnxjit.kernels.views import read_only
 from onnxjit.kernels.views import u64 as _u
 
@@ -201,9 +202,9 @@ def pool_blocked(is_max, x, k, s, d, p, padded, pad_value, fd, fh, fw, out, u0, 
     ph, pw = p[1], p[2]
     hp, wp = padded[1], padded[2]
     lanes = _u(LANES)
-    window = np.full(hp * wp * LANES, pad_value, dtype=np.float32)
-    acc = np.empty(oh * ow * LANES, dtype=np.float32)
-    flat = np.empty(in_h * in_w * LANES, dtype=np.float32)
+    window = aligned_full(hp * wp * LANES, pad_value)
+    acc = aligned_empty(oh * ow * LANES)
+    flat = aligned_empty(in_h * in_w * LANES)
     one = vsplat(np.float32(1))
     zero = vsplat(np.float32(0))
     plane, oplane = in_h * in_w, oh * ow

@@ -16,6 +16,7 @@ which touch only the lanes their mask allows.
 """
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -91,6 +92,36 @@ def vstore(typingctx, arr, index, v):
 
 
 LINE_FLOATS = 16  # float32s in a 64-byte cache line: one prefetch_l2 each
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def aligned_empty(n):
+    """n float32s from a cache-line boundary: a channels-last scratch buffer, read and written a vector at a time
+    at multiples of LANES, whose every vector then covers whole lines. Numba aligns a new array to 32 bytes only,
+and its arrays start 32 bytes past a line as a rule, so each 64-byte register of a vector straddled two lines:
+a 576-channel depthwise 3x3 conv over 14x14 pixels (conv.conv_depthwise_blocked, one Intel Xeon AVX-512 core)
+84 -> 66 us aligned."""
+    buf = np.empty(n + LINE_FLOATS, dtype=np.float32)
+    s = (-(buf.ctypes.data // 4)) % LINE_FLOATS
+    return buf[s:s + n]
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def aligned_full(n, value):
+    """aligned_empty(n) filled with the float32 value."""
+    a = aligned_empty(n)
+    a[:] = value
+    return a
+
+
+def aligned_array(shape, dtype=np.float32):
+    """A new uninitialized C-contiguous array from a cache-line boundary, outside njit code (weights laid out as
+    vectors once: numpy aligns large arrays to 16 bytes only)."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    buf = np.empty(nbytes + LINE_FLOATS * 4, dtype=np.uint8)
+    s = (-buf.ctypes.data) % (LINE_FLOATS * 4)
+    return buf[s:s + nbytes].view(dtype).reshape(shape)
 
 
 @intrinsic
