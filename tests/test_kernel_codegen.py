@@ -103,13 +103,13 @@ def test_network_kernels_have_no_masked_stores():
                              [numpy_helper.from_array(rng.standard_normal((40, 400, 3)).astype(np.float32), "W")])
     onnxjit.InferenceSession(helper.make_model(deep, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
                              ).run(None, {"x": rng.standard_normal((1, 400, 9), dtype=np.float32)})
-    # depthwise convs over rows wider than conv_depthwise_blocked takes (conv_depthwise_rows), and a grouped one
-    # with a channel multiplier (conv_direct)
-    for outs, rows in ((2, 2), (2, 30), (4, 30)):
-        plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[1, 1, 1, 1])], "plane",
+    # depthwise convs over rows wider than conv_depthwise_blocked takes (3x3: conv_depthwise_3x3, 5x5:
+    # conv_depthwise_rows), and a grouped one with a channel multiplier (conv_direct)
+    for outs, rows, k in ((2, 2, 3), (2, 30, 3), (2, 30, 5), (4, 30, 3)):
+        plane = helper.make_graph([helper.make_node("Conv", ["x", "W"], ["y"], group=2, pads=[k // 2] * 4)], "plane",
                                   [helper.make_tensor_value_info("x", T.FLOAT, [1, 2, rows, 300])],
                                   [helper.make_tensor_value_info("y", T.FLOAT, [1, outs, rows, 300])],
-                                  [numpy_helper.from_array(rng.standard_normal((outs, 1, 3, 3)).astype(np.float32),
+                                  [numpy_helper.from_array(rng.standard_normal((outs, 1, k, k)).astype(np.float32),
                                                            "W")])
         onnxjit.InferenceSession(helper.make_model(plane, opset_imports=[helper.make_opsetid("", 18)])
                                  .SerializeToString()).run(None, {"x": rng.standard_normal((1, 2, rows, 300),
@@ -134,11 +134,13 @@ def test_network_kernels_have_no_masked_stores():
                     fresh.compile(sig)
             for sig, asm in fresh.inspect_asm().items():
                 checked.append(name)
-                if name == "conv_depthwise_rows":  # rows narrower than a vector: simd.vstore_first's, on purpose
+                if name in ("conv_depthwise_rows", "conv_depthwise_3x3"):  # rows narrower than a vector:
+                    # simd.vstore_first's, on purpose
                     continue
                 assert not MASKED_STORE.search(asm), f"{module.__name__}.{name}{sig} has a masked store"
     assert {"conv_gemm", "conv_packed", "conv_broadcast", "conv_direct", "conv_depthwise_blocked",
-            "conv_depthwise_rows", "pool", "pool_blocked", "minmax", "activate"} <= set(checked), checked
+            "conv_depthwise_rows", "conv_depthwise_3x3", "pool", "pool_blocked", "minmax",
+            "activate"} <= set(checked), checked
 
 
 def test_onnxjit_functions_prefer_the_cpus_vector_width():

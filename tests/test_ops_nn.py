@@ -182,26 +182,39 @@ KERNEL_CASES = {
         ((1, 1, 5, 96), (3, 1, 1, 3), dict(pads=[0, 1, 0, 1]), False),  # one channel, a 1x3 kernel
         ((1, 3, 64, 64), (16, 3, 3, 3), dict(pads=[1, 1, 1, 1]), True),  # enough work for the threads
     ],
-    # depthwise with output rows narrower than 3/4 of a vector (or column strides over 2): channels-last in registers
+    # depthwise with output rows narrower than 3/4 of a vector (7/16 for 3x3 kernels), or column strides over 2:
+    # channels-last in registers (every case here, with 16 lanes or 32)
     "conv_depthwise_blocked": [
-        ((1, 16, 7, 7), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
+        ((1, 16, 6, 6), (16, 1, 3, 3), dict(group=16, pads=[1, 1, 1, 1]), True),  # one whole block of channels
         ((2, 20, 7, 9), (20, 1, 5, 5), dict(group=20, pads=[2, 2, 2, 2]), False),  # a partial block, images
-        ((1, 40, 14, 14), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2]), True),
+        ((1, 40, 12, 12), (40, 1, 3, 3), dict(group=40, pads=[1, 1, 1, 1], strides=[2, 2]), True),
         ((1, 24, 11, 10), (24, 1, 5, 5), dict(group=24, pads=[2, 1, 0, 2], strides=[2, 3]), True),  # uneven pads
         ((1, 8, 9, 9), (8, 1, 3, 3), dict(group=8, pads=[2, 2, 2, 2], dilations=[2, 2]), False),
         ((1, 12, 6, 3), (12, 1, 3, 3), dict(group=12, auto_pad="SAME_UPPER"), True),  # rows narrower than 4 pixels
         ((1, 5, 8, 8), (5, 1, 2, 3), dict(group=5), True),  # no pads, uneven kernel
-        ((1, 96, 10, 10), (96, 1, 3, 3), dict(group=96, pads=[1, 1, 1, 1]), True),  # enough work for the threads
+        ((1, 96, 10, 10), (96, 1, 5, 5), dict(group=96, pads=[2, 2, 2, 2]), True),  # enough work for the threads
     ],
-    # depthwise with output rows of 3/4 of a vector and more, column stride 1 or 2: a vector of a row's pixels
-    "conv_depthwise_rows": [
+    # depthwise 3x3, undilated, strides 1 or 2, output rows of 7/16 of a vector and more: input rows loaded once
+    "conv_depthwise_3x3": [
         ((1, 4, 30, 30), (4, 1, 3, 3), dict(group=4, pads=[1, 1, 1, 1]), True),
-        ((2, 3, 33, 61), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
-        ((1, 2, 40, 63), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
         ((1, 3, 26, 75), (3, 1, 3, 3), dict(group=3, pads=[0, 1, 2, 1]), True),  # rows of several vectors, uneven
         ((1, 3, 26, 28), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1]), False),  # rows under a vector (AVX-512)
-        ((1, 2, 5, 130), (2, 1, 2, 4), dict(group=2, strides=[3, 2]), False),  # 2 rows, a row stride of 3
+        ((2, 3, 33, 61), (3, 1, 3, 3), dict(group=3, pads=[1, 1, 1, 1], strides=[2, 2]), False),  # images
+        ((1, 2, 41, 70), (2, 1, 3, 3), dict(group=2, pads=[1, 0, 0, 1], strides=[2, 1]), True),  # row stride 2
+        ((1, 2, 40, 67), (2, 1, 3, 3), dict(group=2, pads=[0, 1, 1, 2], strides=[1, 2]), True),  # column stride 2
+        ((1, 2, 2, 64), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1]), True),  # 2 rows: most taps outside
         ((1, 5, 3, 300), (5, 1, 3, 3), dict(group=5, pads=[1, 1, 1, 1]), True),  # a 1-D conv written as 2-D
+        ((1, 24, 56, 56), (24, 1, 3, 3), dict(group=24, pads=[1, 1, 1, 1]), True),  # enough work for the threads
+    ],
+    # other depthwise kernels over output rows of 3/4 of a vector and more, column stride 1 or 2: a vector of a
+    # row's pixels
+    "conv_depthwise_rows": [
+        ((2, 3, 33, 61), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2], strides=[2, 2]), False),
+        ((1, 2, 40, 63), (2, 1, 3, 3), dict(group=2, pads=[1, 1, 1, 1], strides=[1, 2], dilations=[2, 1]), True),
+        ((1, 3, 26, 75), (3, 1, 5, 5), dict(group=3, pads=[0, 2, 2, 1]), True),  # rows of several vectors, uneven
+        ((1, 3, 26, 28), (3, 1, 5, 5), dict(group=3, pads=[2, 2, 2, 2]), False),  # rows under a vector (AVX-512)
+        ((1, 2, 5, 130), (2, 1, 2, 4), dict(group=2, strides=[3, 2]), False),  # 2 rows, a row stride of 3
+        ((1, 5, 3, 300), (5, 1, 1, 3), dict(group=5, pads=[0, 1, 0, 1]), True),  # a 1-D conv written as 2-D
     ],
     # grouped convs of few channels, depthwise ones with a channel multiplier
     "conv_direct": [

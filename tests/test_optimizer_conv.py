@@ -141,14 +141,15 @@ def test_conv_winograd_residual_activation(act):
 
 # FusedConvs on each kernel whose epilogue adds Z and activates (Relu in registers only without Z), as
 # _conv_model's arguments: grouped (kernels.conv.conv_padded), more taps than output channels (conv_broadcast),
-# depthwise over a small plane (conv_depthwise_blocked), over larger planes (conv_depthwise_rows: rows narrower
-# than an AVX-512 vector, and rows of more than one vector with an odd number of rows), a stem over rows of more
-# than a vector (conv_rows)
+# depthwise over a small plane (conv_depthwise_blocked), 3x3 over larger planes (conv_depthwise_3x3: rows narrower
+# than an AVX-512 vector, and rows of more than one vector with an odd number of rows), dilated over a larger plane
+# (conv_depthwise_rows), a stem over rows of more than a vector (conv_rows)
 EPILOGUE_CASES = [(dict(cin=16, cout=24, group=4), act) for act in ("Relu", "Sigmoid")] + \
     [(dict(cin=3, cout=12, hw=(9, 40)), act) for act in ("Relu", "HardSwish")] + \
     [(dict(cin=3, cout=20), act) for act in ("Relu", "HardSwish")] + \
     [(dict(cin=20, cout=20, group=20), act) for act in ("Relu", "HardSwish")] + \
-    [(dict(cin=3, cout=3, group=3, hw=hw), act) for hw in ((30, 29), (27, 70)) for act in ("Clip", "Sigmoid")]
+    [(dict(cin=3, cout=3, group=3, hw=hw), act) for hw in ((30, 29), (27, 70)) for act in ("Clip", "Sigmoid")] + \
+    [(dict(cin=3, cout=3, group=3, hw=(27, 70), dilations=[2, 2], pads=[2, 2, 2, 2]), act) for act in ("Clip", "Elu")]
 
 
 @pytest.mark.parametrize("conv,act", EPILOGUE_CASES)

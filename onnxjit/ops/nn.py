@@ -61,6 +61,11 @@ PADDED_CONV_MAX_K = 1024
 # One Emerald Rapids thread, the kernels alone, rows / blocked: 88 channels 3x3 at 28x28 41 / 79 us, 72 at 56x56
 # stride 2 (28x28 out) 61 / 185; 240 5x5 at 14x14 137 / 94, 576 at 7x7 156 / 59, 96 at 28x28 stride 2 93 / 60
 DEPTHWISE_ROWS_MIN_FILL = (3, 4)
+# the same for 3x3 undilated ones of strides 1 or 2, which kernels.conv.conv_depthwise_3x3 runs (each input row
+# loaded once, the weights in registers). One Intel Xeon AVX-512 thread, 3x3 / blocked: 192 channels at 28x28 39 /
+# 101 us, 384 at 14x14 46 / 48, 672 at 14x14 80 / 81, 144 at 28x28 stride 2 (14x14 out) 37 / 43; 576 at 14x14
+# stride 2 (7x7 out) 66 / 33, 960 at 7x7 61 / 22
+DEPTHWISE_3X3_MIN_FILL = (7, 16)
 # float32 dense 2-D convs of at most this many input channels (stems) to at most a vector of output channels, column
 # stride 1 or 2 and output rows at least a vector wide run with output pixels as the lanes (kernels.conv.conv_rows),
 # in units of this many rows. Two threads of an Intel Xeon AVX-512 VM, 4 convs of a shape against conv_broadcast:
@@ -386,6 +391,8 @@ def build_conv(node):
         pointwise = not direct and kk == cg and all(v == 1 for v in strides) and not any(head) and \
             tuple(out) == tuple(xs[2:])
         taps = kconv.tap_table(k3[2], d3[2], p3[2], s3[2], xs[-1], o3[2])
+        is_3x3 = tuple(kernel) == (3, 3) and all(v == 1 for v in dilations) and all(v in (1, 2) for v in strides)
+        fill = DEPTHWISE_3X3_MIN_FILL if is_3x3 else DEPTHWISE_ROWS_MIN_FILL
         nth = numba.get_num_threads()
         if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
             mode = "empty"
@@ -396,7 +403,7 @@ def build_conv(node):
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
         elif (itemsize == 4 and r == 2 and group == xs[1] == m_out
-              and (s3[2] > 2 or out[1] * DEPTHWISE_ROWS_MIN_FILL[1] < LANES * DEPTHWISE_ROWS_MIN_FILL[0])):
+              and (s3[2] > 2 or out[1] * fill[1] < LANES * fill[0])):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
@@ -413,7 +420,7 @@ def build_conv(node):
             tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
         elif itemsize == 4 and r == 2 and group == xs[1] == m_out:
-            mode = "depthwise-rows"
+            mode = "depthwise-3x3" if is_3x3 else "depthwise-rows"
             tile_rows = m_blocks = 1
             units = n_img * m_out
         elif direct:
@@ -490,6 +497,9 @@ def build_conv(node):
             return (CallSite(kconv.conv_rows), (None, packed_weights.of(w), w.shape[0], bias, None, k, s, d, p,
                                                 tile_rows, act.kind, consts, None), (0, 4, 12), shape, shape5, units,
                     work, False)
+        if mode == "depthwise-3x3":
+            return (CallSite(kconv.conv_depthwise_3x3), (None, w5, bias, None, s, p, act.kind, consts, None),
+                    (0, 3, 8), shape, shape5, units, work, False)
         if mode == "depthwise-rows":
             return (CallSite(kconv.conv_depthwise_rows), (None, w5, bias, None, k, s, d, p, act.kind, consts, None),
                     (0, 3, 10), shape, shape5, units, work, False)
