@@ -43,12 +43,12 @@ def _check(model, feeds, fused_op=None, count=1):
 
 
 def _conv_model(after, *, dtype=np.float32, opset=17, extra_inits=(), extra_inputs=(), outputs=("y",), cin=4,
-                cout=4, seed=0, hw=(6, 5), **conv_attrs):
-    """x [2, cin, *hw] -> Conv 3x3 (pads 1) -> c, then the `after` nodes (ending in y)."""
+                cout=4, seed=0, hw=(6, 5), k=3, **conv_attrs):
+    """x [2, cin, *hw] -> Conv k x k (pads k // 2) -> c, then the `after` nodes (ending in y)."""
     rng = np.random.default_rng(seed)
     elem = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
-    conv_attrs.setdefault("pads", [1, 1, 1, 1])
-    w_shape = (cout, cin // conv_attrs.get("group", 1), 3, 3)
+    conv_attrs.setdefault("pads", [k // 2] * 4)
+    w_shape = (cout, cin // conv_attrs.get("group", 1), k, k)
     # weights scaled to outputs of about unit size: rounding then stays within the float32 tolerance
     inits = [_init("w", (rng.standard_normal(w_shape) / np.sqrt(np.prod(w_shape[1:]))).astype(dtype)),
              _init("b", rng.standard_normal(cout).astype(dtype)), *extra_inits]
@@ -143,13 +143,17 @@ def test_conv_winograd_residual_activation(act):
 # _conv_model's arguments: grouped (kernels.conv.conv_padded), more taps than output channels (conv_broadcast),
 # depthwise over a small plane (conv_depthwise_blocked), 3x3 over larger planes (conv_depthwise_3x3: rows narrower
 # than an AVX-512 vector, and rows of more than one vector with an odd number of rows), dilated over a larger plane
-# (conv_depthwise_rows), a stem over rows of more than a vector (conv_rows)
+# (conv_depthwise_rows), a stem over rows of more than a vector (conv_rows), 1x1 convs with few output channels (the
+# packed GEMM reading its input in place) and more (packing it), each with a partial block of columns
 EPILOGUE_CASES = [(dict(cin=16, cout=24, group=4), act) for act in ("Relu", "Sigmoid")] + \
     [(dict(cin=3, cout=12, hw=(9, 40)), act) for act in ("Relu", "HardSwish")] + \
     [(dict(cin=3, cout=20), act) for act in ("Relu", "HardSwish")] + \
     [(dict(cin=20, cout=20, group=20), act) for act in ("Relu", "HardSwish")] + \
     [(dict(cin=3, cout=3, group=3, hw=hw), act) for hw in ((30, 29), (27, 70)) for act in ("Clip", "Sigmoid")] + \
-    [(dict(cin=3, cout=3, group=3, hw=(27, 70), dilations=[2, 2], pads=[2, 2, 2, 2]), act) for act in ("Clip", "Elu")]
+    [(dict(cin=3, cout=3, group=3, hw=(27, 70), dilations=[2, 2], pads=[2, 2, 2, 2]), act)
+     for act in ("Clip", "Elu")] + \
+    [(dict(cin=cin, cout=cout, hw=(9, 11), k=1), act) for cin, cout in ((40, 20), (12, 44))
+     for act in ("Relu", "HardSwish")]
 
 
 @pytest.mark.parametrize("conv,act", EPILOGUE_CASES)

@@ -69,9 +69,10 @@ def panel_fma(ap, q, v, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
 
 
 @njit(cache=True, nogil=True, forceinline=True)
-def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi, pf):
-    """cf[c0 + r * c_rs + j] = clamp(s[r] + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j], lo, hi), for rows
-    r < `rows` of the panel at a0 and the LANES columns j at b0 and c0 (s: `bias_rows`); meanwhile the panel at
+def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, zf, with_z, lo, hi, pf):
+    """cf[c0 + r * c_rs + j] = clamp(s[r] + sum_i ap[a0 + i * MR + r] * bf[b0 + i * b_rs + j] (+ zf[c0 + r * c_rs +
+    j] `with_z`), lo, hi), for rows r < `rows` of the panel at a0 and the LANES columns j at b0 and c0 (s:
+    `bias_rows`; zf a residual laid out as c); meanwhile the panel at
     pf (the next one) comes into L2, MR floats of it a step. Why: the weights of a network's convs come from
     memory once per run, and the first block of each panel waited for them (a 2048->512-channel 1x1 conv over 7x7
     pixels, 16 such convs' weights streamed, two threads of an Intel Xeon AVX-512 VM: 813-847 -> 474-487 us,
@@ -84,7 +85,34 @@ def _tile(ap, a0, k, bf, b0, b_rs, cf, c0, c_rs, rows, s, lo, hi, pf):
         prefetch_l2(ap, pf + _u(i * MR))
         acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = panel_fma(ap, ai, bv, acc0, acc1, acc2, acc3, acc4, acc5,
                                                                    acc6, acc7)
+    if with_z:
+        acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7 = add_rows(zf, c0, c_rs, rows, acc0, acc1, acc2, acc3, acc4,
+                                                                  acc5, acc6, acc7)
     store_rows(cf, c0, c_rs, rows, lo, hi, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7)
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def add_rows(zf, z0, z_rs, rows, acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7):
+    """acc_r + zf[z0 + r * z_rs:][:LANES] for the rows r < `rows` (a residual added in registers, before the
+    clamp: an FMA by 1, one rounding as the sum's); the others as they are."""
+    one = vsplat(np.float32(1))
+    acc0 = vfma(one, vload(zf, z0), acc0)
+    if rows > 1:
+        acc1 = vfma(one, vload(zf, z0 + z_rs), acc1)
+    if rows > 2:
+        acc2 = vfma(one, vload(zf, z0 + _u(2) * z_rs), acc2)
+    if rows > 3:
+        acc3 = vfma(one, vload(zf, z0 + _u(3) * z_rs), acc3)
+    if MR > 4:
+        if rows > 4:
+            acc4 = vfma(one, vload(zf, z0 + _u(4) * z_rs), acc4)
+        if rows > 5:
+            acc5 = vfma(one, vload(zf, z0 + _u(5) * z_rs), acc5)
+        if rows > 6:
+            acc6 = vfma(one, vload(zf, z0 + _u(6) * z_rs), acc6)
+        if rows > 7:
+            acc7 = vfma(one, vload(zf, z0 + _u(7) * z_rs), acc7)
+    return acc0, acc1, acc2, acc3, acc4, acc5, acc6, acc7
 
 
 @njit(cache=True, nogil=True, forceinline=True)
@@ -140,12 +168,13 @@ def _bias_at(bias, i, m):
 
 
 @njit(cache=True, nogil=True)
-def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, chunk, scratch, lo, hi):
-    """c = clamp(bias + A @ b, lo, hi) (float32 bounds, -inf and inf for none: Relu and Clip applied in
+def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, zf, chunk, scratch, lo, hi):
+    """c = clamp(bias + A @ b + z, lo, hi) (float32 bounds, -inf and inf for none: Relu and Clip applied in
     registers) for the rows [panel0 * MR, min(panel1 * MR, m)) of group g's A (ap from `pack_panels`,
     m its real row count) and n columns: b is bf's rows of n values at b0 + k * b_rs, c row i (counted from
-    panel0's first) cf's n values at c0 + i * c_rs; bias a length-m array or empty. `chunk`: columns per pass
-    of the panels (a multiple of LANES); `scratch`: float32, at least (K * chunk + MR * LANES + LANES)."""
+    panel0's first) cf's n values at c0 + i * c_rs; bias a length-m array or empty; z (a residual) zf's values
+    at c's places, or nothing where zf is empty. `chunk`: columns per pass of the panels (a multiple of LANES);
+    `scratch`: float32, at least (K * chunk + MR * LANES + LANES)."""
     k = ap.shape[2]
     pflat = ap.reshape(-1)
     panel_size = k * MR
@@ -166,35 +195,38 @@ def gemm_packed(ap, g, panel0, panel1, m, bias, bf, b0, b_rs, n, cf, c0, c_rs, c
         j0 = jc + width - width % LANES if in_place else jc
         if j0 > jc:
             _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, bf, b0 + _u(jc), b_rs,
-                                 _u(LANES), j0 - jc, cf, c0 + _u(jc), c_rs, scratch, ct, lo, hi)
+                                 _u(LANES), j0 - jc, cf, c0 + _u(jc), c_rs, zf, scratch, ct, lo, hi)
         packed = jc + width - j0
         if packed == 0:
             continue
         _pack_columns(bf, b0 + _u(j0), b_rs, k, packed, -(-packed // LANES), scratch, bp0)
         _panels_times_blocks(pflat, a0, panels, rows_left, bias, panel0 * MR, k, read_only(scratch), bp0,
-                             _u(LANES), _u(k * LANES), packed, cf, c0 + _u(j0), c_rs, scratch, ct, lo, hi)
+                             _u(LANES), _u(k * LANES), packed, cf, c0 + _u(j0), c_rs, zf, scratch, ct, lo, hi)
 
 
 @njit(cache=True, nogil=True)
-def gemm_blocked(ap, g, panel0, panel1, m, bias, bp, bp0, n, cf, c0, c_rs, scratch, lo, hi):
+def gemm_blocked(ap, g, panel0, panel1, m, bias, bp, bp0, n, cf, c0, c_rs, zf, scratch, lo, hi):
     """gemm_packed with b already in blocks of (K, LANES) columns from bp[bp0] (n columns, the last block's
     lanes past n unread), as conv_packed's im2col writes them; scratch at least MR * LANES long."""
     k = ap.shape[2]
     panel_size = k * MR
     a0 = (_u(g) * _u(ap.shape[1]) + _u(panel0)) * _u(panel_size)
     _panels_times_blocks(ap.reshape(-1), a0, panel1 - panel0, m - panel0 * MR, bias, panel0 * MR, k, read_only(bp),
-                         _u(bp0), _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), scratch, _u(0), lo, hi)
+                         _u(bp0), _u(LANES), _u(k * LANES), n, cf, _u(c0), _u(c_rs), zf, scratch, _u(0), lo, hi)
 
 
 @njit(cache=True, nogil=True, forceinline=True)
 def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_rs, block_step, width, cf, c0, c_rs,
-                         scratch, ct, lo, hi):
+                         zf, scratch, ct, lo, hi):
     """The microkernel over `panels` panels of A from ap[a0] (rows_left real rows from the first; bias rows
     from bias0) times blocks of LANES columns of b, `width` columns in all: block i's k rows start at
     bp[bb0 + i * block_step], b_rs apart (packed: LANES and k * LANES; in place: b's row stride and LANES);
-    c's rows from cf[c0], c_rs apart; a partial last block (packed only) goes through scratch[ct:] first."""
+    c's rows from cf[c0], c_rs apart, plus the residual zf at c's places where zf is not empty; a partial last
+    block goes through scratch[ct:] first (its residual and clamp added as it is copied out)."""
     panel_size = k * MR
     blocks = -(-width // LANES)
+    has_z = zf.size > 0
+    no_lo, no_hi = np.float32(-np.inf), np.float32(np.inf)
     for panel in range(panels):
         i0 = panel * MR
         rows = min(MR, rows_left - i0)
@@ -206,12 +238,20 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
             bb = bb0 + _u(blk) * block_step
             j = blk * LANES
             if j + LANES <= width:
-                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, sums, lo, hi, pf)
-            else:
-                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, lo, hi, pf)
+                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, sums, zf, has_z, lo, hi, pf)
+            elif not has_z:
+                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, zf, False, lo, hi, pf)
                 for r in range(rows):
                     for q in range(width - j):
                         cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
+            else:
+                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, zf, False, no_lo, no_hi, pf)
+                for r in range(rows):
+                    for q in range(width - j):
+                        at = crow + _u(r) * c_rs + _u(j + q)
+                        v = scratch[ct + _u(r * LANES + q)] + zf[at]
+                        v = lo if v < lo else v  # as vclamp: NaN stays
+                        cf[at] = hi if v > hi else v
 
 
 @njit(cache=True, nogil=True, forceinline=True)
@@ -355,5 +395,5 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cb, cf, 
     c_rs = _u(c_rs)
     for j in range(0, width, step):
         _panels_times_blocks(scratch, _u(0), panels, rows, no_bias, 0, k, bflat, _u((blk0 * k * LANES) + j * k),
-                             _u(LANES), _u(k * LANES), min(step, width - j), cf, c0 + _u(j), c_rs, scratch, ct, lo,
-                             hi)
+                             _u(LANES), _u(k * LANES), min(step, width - j), cf, c0 + _u(j), c_rs, no_bias, scratch,
+                             ct, lo, hi)
