@@ -494,6 +494,18 @@ def test_gemm_packed_runs_and_matches(ta, tb, cshape, monkeypatch):
     assert calls
 
 
+@pytest.mark.parametrize("m,n", [(70, 300), (300, 70)])
+@pytest.mark.parametrize("alpha", [1.0, 0.5])
+def test_gemm_packed_split_over_threads(m, n, alpha, monkeypatch):
+    """A packed GEMM large enough for the threads, cut along B's columns (A read in place, B the larger) or A's
+    rows, with a bias row added in registers and a partial last panel and block."""
+    from onnxjit.kernels import linalg as klinalg
+    calls = _counted(monkeypatch, klinalg, "gemm_packed_blocks")
+    check("Gemm", [("a", _rand((m, 64)), False), ("b", _rand((64, n), seed=1), True),
+                   ("c", _rand(n, seed=2), True)], 13, alpha=alpha)
+    assert calls
+
+
 def test_gemm_beta_zero_ignores_c():
     c = np.full((3, 5), np.nan, F32)
     check("Gemm", [("a", _rand((3, 4)), False), ("b", _rand((4, 5), seed=1), False), ("c", c, False)], 13,

@@ -82,9 +82,11 @@ def _packed_gemm_call(m, kk, bp, n, c, alpha, beta, has_c, act, sites=None):
     """(the kernel, or its CallSite from `sites`, the arguments between A and the output, units, work) of the
     packed GEMM of M rows of float32 A times B packed (`bp`, N columns). A's rows are split first, each unit
     reading (or packing) only its own (cut along B's columns, every unit packed all of A: a 197x768 @ 768x192
-    MatMul ran at 92 GFLOP/s on two Zen 3 threads)."""
+    MatMul ran at 92 GFLOP/s on two Zen 3 threads), unless A is read in place (alpha 1) and B is the larger
+    (more columns than rows): cut along A's rows, every unit streamed all of B from memory (GPT-2's 128x768 @
+    768x50257 head: 154 MB a unit)."""
     nth, rows, cols = _gemm_blocks(m, kk, n)
-    if m >= nth * GEMM_MIN_ROWS:
+    if m >= nth * GEMM_MIN_ROWS and not (alpha == 1 and n > m):
         rows, cols = -(-m // (nth * packed_gemm.MR)) * packed_gemm.MR, n
     cols = -(-cols // LANES) * LANES
     chunk_blocks = max(1, PACKED_CHUNK_BYTES // (4 * kk * LANES))
