@@ -655,6 +655,7 @@ def conv_depthwise_3x3(x, w, bias, z, s, p, kind, act, out, u0, u1):
             m0 = columns(j * sw - pw, in_w, sw)
             m1 = columns(j * sw + 1 - pw, in_w, sw)
             m2 = columns(j * sw + 2 - pw, in_w, sw)
+            zmask = columns(j, ow, 1)  # the residual's columns of this vector
             col = src + j * sw - pw
             r = -ph  # the first input row of output row 0
             # rows r and r + 1 (stride 1) or r (stride 2): what the first output row shares with the one before
@@ -673,7 +674,7 @@ def conv_depthwise_3x3(x, w, bias, z, s, p, kind, act, out, u0, u1):
                 a = vfma(one, a2, vfma(one, a1, a))  # an FMA by 1: one rounding, as an add
                 o = u * oplane + i * ow
                 if has_z:
-                    a = vfma(one, vload_cols(zf, o + j, columns(j, ow, 1)), a)
+                    a = vfma(one, vload_cols(zf, o + j, zmask), a)
                 if ow >= LANES:
                     vstore(of, _u(o + j), vclamp(a, lo, hi))
                 else:

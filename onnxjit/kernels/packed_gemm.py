@@ -239,17 +239,14 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
             j = blk * LANES
             if j + LANES <= width:
                 _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, sums, zf, has_z, lo, hi, pf)
-            elif not has_z:
-                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, zf, False, lo, hi, pf)
-                for r in range(rows):
-                    for q in range(width - j):
-                        cf[crow + _u(r) * c_rs + _u(j + q)] = scratch[ct + _u(r * LANES + q)]
             else:
                 _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, zf, False, no_lo, no_hi, pf)
                 for r in range(rows):
                     for q in range(width - j):
                         at = crow + _u(r) * c_rs + _u(j + q)
-                        v = scratch[ct + _u(r * LANES + q)] + zf[at]
+                        v = scratch[ct + _u(r * LANES + q)]
+                        if has_z:
+                            v += zf[at]
                         v = lo if v < lo else v  # as vclamp: NaN stays
                         cf[at] = hi if v > hi else v
 

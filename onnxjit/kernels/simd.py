@@ -98,9 +98,9 @@ LINE_FLOATS = 16  # float32s in a 64-byte cache line: one prefetch_l2 each
 def aligned_empty(n):
     """n float32s from a cache-line boundary: a channels-last scratch buffer, read and written a vector at a time
     at multiples of LANES, whose every vector then covers whole lines. Numba aligns a new array to 32 bytes only,
-and its arrays start 32 bytes past a line as a rule, so each 64-byte register of a vector straddled two lines:
-a 576-channel depthwise 3x3 conv over 14x14 pixels (conv.conv_depthwise_blocked, one Intel Xeon AVX-512 core)
-84 -> 66 us aligned."""
+    and its arrays start 32 bytes past a line as a rule, so each 64-byte register of a vector straddled two lines:
+    a 576-channel depthwise 3x3 conv over 14x14 pixels (conv.conv_depthwise_blocked, one Intel Xeon AVX-512 core)
+    84 -> 66 us aligned."""
     buf = np.empty(n + LINE_FLOATS, dtype=np.float32)
     s = (-(buf.ctypes.data // 4)) % LINE_FLOATS
     return buf[s:s + n]
