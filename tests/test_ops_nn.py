@@ -294,6 +294,34 @@ def test_conv_winograd_any_blocking(tile_rows, m_block, monkeypatch):
     _check_conv(*WINOGRAD_CASES[1], dtype=F32)
 
 
+# 1-D convs over rows longer than a tile (CONV_TILE_BYTES made small here): the packed GEMM's im2col, BLAS's
+# (PACKED_IM2COL_MAX_K 0), a pointwise one; strides, dilations and pads that put taps outside the input at both
+# ends of the row, in the first and the last tile; batched
+COLUMN_TILE_CASES = [
+    ((1, 6, 300), (10, 6, 3), dict(strides=[2], pads=[1, 2]), True, 1024),
+    ((2, 5, 260), (7, 5, 4), dict(dilations=[3], pads=[5, 4]), False, 1024),
+    ((1, 6, 300), (10, 6, 3), dict(strides=[2], pads=[1, 2]), True, 0),
+    ((1, 4, 270), (9, 4, 5), dict(strides=[3], dilations=[2], pads=[6, 1]), False, 0),
+    ((1, 8, 200), (12, 8, 1), dict(), True, 1024),
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs,bias,packed_max_k", COLUMN_TILE_CASES)
+def test_conv_long_rows_cut_into_tiles_of_columns(xs, ws, attrs, bias, packed_max_k, monkeypatch):
+    """A long row (a 1-D conv's only one) is cut into tiles of columns for the threads, each with its own im2col,
+    instead of into blocks of output channels that each repeat the whole row's im2col."""
+    from onnxjit.ops import nn as ops_nn
+    monkeypatch.setattr(ops_nn, "CONV_TILE_BYTES", 2048)
+    monkeypatch.setattr(ops_nn, "CONV_TILE_MIN_PIXELS", 16)
+    monkeypatch.setattr(ops_nn, "CONV_UNITS_PER_THREAD", 4)  # more units than two images' rows, on any machine
+    monkeypatch.setattr(ops_nn, "PACKED_IM2COL_MAX_K", packed_max_k)
+    cuts = []
+    column_tiles = ops_nn._column_tiles
+    monkeypatch.setattr(ops_nn, "_column_tiles", lambda *a: cuts.append((a[2], column_tiles(*a))) or cuts[-1][1])
+    _check_conv(xs, ws, attrs, bias)
+    assert cuts and all(cols < ow for ow, cols in cuts)
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4, 16])
 def test_winograd_blocks_read_large_weights_once_per_thread(threads):
     """Transformed weights far over any L2 (512->512 over 28x28 pixels: 38 MB) are read once per thread, each

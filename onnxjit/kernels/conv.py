@@ -119,16 +119,18 @@ def im2col_row(r, kvol, kh, kw):
 
 
 @njit(cache=True, nogil=True)
-def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked):
-    """The im2col matrix (rows = cg * kvol, (r1 - r0) * ow) of image n's channels from c0, output rows
-    [r0, r1) (of od * oh, each ow wide), into dst from dst0, row-major or `blocked` (see _put_run)."""
+def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, cw0, cw1, oh, ow, rows, dst, dst0, blocked):
+    """The im2col matrix (rows = cg * kvol, (r1 - r0) * (cw1 - cw0)) of image n's channels from c0, output
+    columns [cw0, cw1) of rows [r0, r1) (of od * oh, each ow wide), into dst from dst0, row-major or `blocked`
+    (see _put_run)."""
     kd, kh, kw = k
     sd, sh, sw = s
     dd, dh, dw = d
     pd, ph = p[0], p[1]
     in_d, in_h, in_w = x.shape[2], x.shape[3], x.shape[4]
     kvol = kd * kh * kw
-    npx = (r1 - r0) * ow
+    width = cw1 - cw0
+    npx = (r1 - r0) * width
     xf = x.reshape(-1)
     nothing = xf[:0]
     no_start, no_step = np.int64(0), np.int64(1)  # int64, not literals: _put_run compiles once for all its calls
@@ -136,23 +138,25 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
     for r in range(rows):
         c, a, b, e = im2col_row(r, kvol, kh, kw)
         plane = (n * x.shape[1] + c0 + c) * in_d
-        off, j0, j1 = taps[0, e], taps[1, e], taps[2, e]
+        off = taps[0, e]
+        j0 = min(max(taps[1, e], cw0), cw1)  # the tap's columns inside the input, within the window
+        j1 = min(max(taps[2, e], cw0), cw1)
         for q in range(r0, r1):
             i = q // oh
             h = q - i * oh
             zd = i * sd - pd + a * dd
             zh = h * sh - ph + b * dh
-            base = (q - r0) * ow
+            base = (q - r0) * width - cw0  # where column cw0 of row q goes
             if zd < 0 or zd >= in_d or zh < 0 or zh >= in_h:
-                if ow < SHORT_ROW:
-                    for j in range(ow):
+                if width < SHORT_ROW:
+                    for j in range(cw0, cw1):
                         dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 else:
-                    _put_run(dst, dst0, r, base, ow, rows, npx, blocked, nothing, no_start, no_step)
+                    _put_run(dst, dst0, r, base + cw0, width, rows, npx, blocked, nothing, no_start, no_step)
                 continue
             row0 = ((plane + zd) * in_h + zh) * in_w
-            if ow < SHORT_ROW:  # element by element: the runs' set-up would cost more than they save
-                for j in range(j0):
+            if width < SHORT_ROW:  # element by element: the runs' set-up would cost more than they save
+                for j in range(cw0, j0):
                     dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 src = row0 + off
                 if sw == 1:
@@ -161,12 +165,12 @@ def _im2col(x, n, c0, k, s, d, p, taps, r0, r1, oh, ow, rows, dst, dst0, blocked
                 else:
                     for j in range(j0, j1):
                         dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = xf[_u(src + j * sw)]
-                for j in range(j1, ow):
+                for j in range(j1, cw1):
                     dst[_col_index(dst0, r, base + j, rows, npx, blocked)] = zero
                 continue
-            _put_run(dst, dst0, r, base, j0, rows, npx, blocked, nothing, no_start, no_step)
+            _put_run(dst, dst0, r, base + cw0, j0 - cw0, rows, npx, blocked, nothing, no_start, no_step)
             _put_run(dst, dst0, r, base + j0, j1 - j0, rows, npx, blocked, xf, row0 + j0 * sw + off, sw)
-            _put_run(dst, dst0, r, base + j1, ow - j1, rows, npx, blocked, nothing, no_start, no_step)
+            _put_run(dst, dst0, r, base + j1, cw1 - j1, rows, npx, blocked, nothing, no_start, no_step)
 
 
 @njit(cache=True, nogil=True)
@@ -203,20 +207,36 @@ def work_unit(u, n_mb, ntiles, group):
 
 
 @njit(cache=True, nogil=True, forceinline=True)
-def _tile_span(tile, tile_rows, nrows, ow):
-    """(first row, end row, first pixel, pixels) of output tile `tile` (rows of ow pixels)."""
-    r0 = tile * tile_rows
-    r1 = min(nrows, r0 + tile_rows)
-    return r0, r1, r0 * ow, (r1 - r0) * ow
+def _tile_span(tile, tile_rows, tile_cols, nrows, ow):
+    """(first row, end row, first column, end column, first pixel, pixels) of output tile `tile`: `tile_rows`
+    whole rows of ow pixels, or, where tile_cols < ow (tile_rows 1), `tile_cols` columns of one row."""
+    if tile_cols >= ow:
+        r0 = tile * tile_rows
+        r1 = min(nrows, r0 + tile_rows)
+        return r0, r1, 0, ow, r0 * ow, (r1 - r0) * ow
+    per_row = -(-ow // tile_cols)
+    r0 = tile // per_row
+    c0 = (tile - r0 * per_row) * tile_cols
+    c1 = min(ow, c0 + tile_cols)
+    return r0, r0 + 1, c0, c1, r0 * ow + c0, c1 - c0
+
+
+@njit(cache=True, nogil=True, forceinline=True)
+def tile_count(nrows, tile_rows, tile_cols, ow):
+    """How many tiles _tile_span cuts the output rows into."""
+    if tile_cols >= ow:
+        return -(-nrows // tile_rows)
+    return nrows * -(-ow // tile_cols)
 
 
 @njit(cache=True, nogil=True)
-def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointwise, kind, act, out, u0, u1):
-    """Conv as GEMMs, units [u0, u1) of (image, group, tile of `tile_rows` output rows, block of `m_block`
-    output channels): the group's weights times the tile's im2col matrix, or, for a pointwise conv
-    (`pointwise`: 1x1, stride 1, unpadded), times the tile's block of input columns as it lies in x. The GEMM
-    writes its block of output rows in place (blas.gemm on strided views), and the epilogue runs over those
-    rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array or empty; z is out's
+def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, tile_cols, m_block, pointwise, kind, act, out,
+              u0, u1):
+    """Conv as GEMMs, units [u0, u1) of (image, group, tile of `tile_rows` output rows or of `tile_cols` columns
+    of one (see _tile_span), block of `m_block` output channels): the group's weights times the tile's im2col
+    matrix, or, for a pointwise conv (`pointwise`: 1x1, stride 1, unpadded), times the tile's block of input
+    columns as it lies in x. The GEMM writes its block of output rows in place (blas.gemm on strided views), and
+    the epilogue runs over those rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array or empty; z is out's
     shape or empty."""
     n_img, n_ch = x.shape[0], x.shape[1]
     m_out = w.shape[0]
@@ -229,26 +249,26 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, m_block, pointw
     x3 = x.reshape((n_img, n_ch, x.shape[2] * x.shape[3] * x.shape[4]))
     out3 = out.reshape((n_img, m_out, nrows * ow))
     z3 = z.reshape((z.shape[0], z.shape[1], z.shape[2] * z.shape[3] * z.shape[4]))
-    ntiles = (nrows + tile_rows - 1) // tile_rows
+    ntiles = tile_count(nrows, tile_rows, tile_cols, ow)
     n_mb = (mg + m_block - 1) // m_block
-    colbuf = np.empty(0 if pointwise else kk * tile_rows * ow, dtype=out.dtype)
+    colbuf = np.empty(0 if pointwise else kk * tile_rows * min(ow, tile_cols), dtype=out.dtype)
     for u in range(u0, u1):
         mblk, tile, g, n = work_unit(u, n_mb, ntiles, group)
-        r0, r1, p0, npx = _tile_span(tile, tile_rows, nrows, ow)
+        r0, r1, cw0, cw1, p0, npx = _tile_span(tile, tile_rows, tile_cols, nrows, ow)
         m0 = g * mg + mblk * m_block
         m1 = min(g * mg + mg, m0 + m_block)
         if pointwise:
             operand = x3[n, g * cg:(g + 1) * cg, p0:p0 + npx]
         else:
-            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, kk, colbuf, 0, False)
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, cw0, cw1, oh, ow, kk, colbuf, 0, False)
             operand = colbuf[:kk * npx].reshape((kk, npx))
         gemm(wm[g, m0 - g * mg:m1 - g * mg], operand, out3[n, m0:m1, p0:p0 + npx], 1.0, 0.0)
         _finish_rows(out3, z3, bias, n, m0, m1, p0, npx, kind, act)
 
 
 @njit(cache=True, nogil=True)
-def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_block, chunk, pointwise, kind, act,
-                out, u0, u1):
+def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, tile_cols, m_block, chunk, pointwise, kind,
+                act, out, u0, u1):
     """conv_gemm for float32 with the weights packed (`packed_gemm.pack_panels` of (group, M / group, kk)) and
     multiplied by packed_gemm's microkernel: the same units, `m_block` a multiple of packed_gemm.MR; the bias,
     the residual and a Relu or Clip are applied in the microkernel's registers (a 16->96-channel 1x1 conv over
@@ -270,16 +290,17 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
     no_z = zf[:0]
     z3 = no_z.reshape((0, 0, 0))
     no_bias = bias[:0]
-    ntiles = (nrows + tile_rows - 1) // tile_rows
+    ntiles = tile_count(nrows, tile_rows, tile_cols, ow)
     n_mb = (mg + m_block - 1) // m_block
     # the im2col matrix is written straight into packed_gemm's blocks of columns, 64-byte aligned
-    colbuf = np.empty(0 if pointwise else kk * (-(-tile_rows * ow // LANES) + 1) * LANES, dtype=np.float32)
+    colbuf = np.empty(0 if pointwise else kk * (-(-tile_rows * min(ow, tile_cols) // LANES) + 1) * LANES,
+                      dtype=np.float32)
     col0 = 0 if pointwise else aligned_start(colbuf)
     scratch = np.empty(scratch_size(kk, chunk), dtype=np.float32)
     lo, hi, kind = register_clamp(kind, act, False)  # the residual is added in registers, before the clamp
     for u in range(u0, u1):
         mblk, tile, g, n = work_unit(u, n_mb, ntiles, group)
-        r0, r1, p0, npx = _tile_span(tile, tile_rows, nrows, ow)
+        r0, r1, cw0, cw1, p0, npx = _tile_span(tile, tile_rows, tile_cols, nrows, ow)
         i0 = mblk * m_block
         i1 = min(mg, i0 + m_block)
         c0 = (n * m_out + g * mg + i0) * nrows * ow + p0
@@ -288,7 +309,7 @@ def conv_packed(x, wp, m_out, bias, z, group, k, s, d, p, taps, tile_rows, m_blo
             gemm_packed(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, xf, (n * n_ch + g * cg) * npix_in + p0, npix_in,
                         npx, of, c0, nrows * ow, zf, chunk, scratch, lo, hi)
         else:
-            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, oh, ow, kk, colbuf, col0, True)
+            _im2col(x, n, g * cg, k, s, d, p, taps, r0, r1, cw0, cw1, oh, ow, kk, colbuf, col0, True)
             gemm_blocked(wp, g, i0 // MR, -(-i1 // MR), mg, gbias, colbuf, col0, npx, of, c0, nrows * ow, zf,
                          scratch, lo, hi)
         if kind != IDENTITY:

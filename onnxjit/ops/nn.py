@@ -38,6 +38,10 @@ AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 DIRECT_CONV_MAX_CHANNELS = 16
 CONV_TILE_BYTES = 1 << 20  # most bytes of a conv_gemm unit's im2col tile, and of its output block (half an L2)
 CONV_TILE_MIN_PIXELS = 128  # fewest output pixels of a tile, where the image has them (GEMM efficiency)
+# a row cut into tiles of columns (_column_tiles) is cut into tiles of up to this many times CONV_TILE_BYTES: BLAS
+# packs A again for each GEMM, and wav2vec's 512->512 k=3 conv over 1,599 steps (two Intel Xeon threads) took
+# 27.7 ms in all with tiles of 1 MB, 24.6 with 4 MB, as with one tile per unit
+COLUMN_TILE_FACTOR = 4
 CONV_MIN_M_BLOCK = 64  # fewest output channels of a block, where the group has them (GEMM efficiency)
 # float32 convs as GEMMs run on kernels.packed_gemm: 1x1 ones, and im2col ones up to this depth. Timed against
 # BLAS on two threads (AMD Zen 3), packed ran 1x1 convs 0.70-1.0x (96->576 channels over 14x14: 0.40-0.75x) and
@@ -394,6 +398,7 @@ def build_conv(node):
         is_3x3 = tuple(kernel) == (3, 3) and all(v == 1 for v in dilations) and all(v in (1, 2) for v in strides)
         fill = DEPTHWISE_3X3_MIN_FILL if is_3x3 else DEPTHWISE_ROWS_MIN_FILL
         nth = numba.get_num_threads()
+        tile_cols = o3[2]  # tiles of whole rows, but in conv_gemm's and conv_packed's cut of long rows
         if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
             mode = "empty"
             tile_rows = m_blocks = units = 0
@@ -442,22 +447,30 @@ def build_conv(node):
             units = -(-m_out // m_blocks)
         else:
             mode = "pointwise" if pointwise else "gemm"
-            tile_rows, m_blocks = _gemm_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, itemsize, nth,
-                                              nth > 1 and work >= PARALLEL_GRAIN)
+            parallel = nth > 1 and work >= PARALLEL_GRAIN
+            tiler = _gemm_tiles
             if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K):  # packed_gemm, not BLAS
                 mode = "packed-pointwise" if pointwise else "packed"
-                tile_rows, m_blocks = _packed_tiles(n_img * group, o3[0] * o3[1], o3[2], kk, mg, pointwise, nth,
-                                                    nth > 1 and work >= PARALLEL_GRAIN)
-            units = n_img * group * -(-o3[0] * o3[1] // tile_rows) * -(-mg // m_blocks)
+                tiler = _packed_tiles
+            nrows, ow = o3[0] * o3[1], o3[2]
+            tile_cols = _column_tiles(n_img * group, nrows, ow, (mg + (0 if pointwise else kk)) * itemsize,
+                                      nth if parallel else 1)
+            if tile_cols < ow:  # each row cut into tiles of columns: the tilers see them as rows
+                _, m_blocks = tiler(n_img * group, nrows * -(-ow // tile_cols), tile_cols, kk, mg, pointwise,
+                                    itemsize, nth, parallel)
+                tile_rows = 1
+            else:
+                tile_rows, m_blocks = tiler(n_img * group, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel)
+            units = n_img * group * kconv.tile_count(nrows, tile_rows, tile_cols, ow) * -(-mg // m_blocks)
         p = cache[key] = ((n_img, m_out) + tuple(out), (n_img, m_out) + o3, k3, s3, d3, p3, taps, mode,
-                          tile_rows, m_blocks, units, work)
+                          tile_rows, tile_cols, m_blocks, units, work)
         return p
 
     def prepare(key, dtype, w, b):
         """(the kernel's CallSite, its arguments with x, z and the output left as None, where they go, output
         shape, 5-D output shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B.
         The argument types are fixed by the key and W and B, as the CallSite needs."""
-        shape, shape5, k, s, d, p, taps, mode, tile_rows, m_blocks, units, work = plan(*key)
+        shape, shape5, k, s, d, p, taps, mode, tile_rows, tile_cols, m_blocks, units, work = plan(*key)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=dtype))
         consts = act.consts(dtype)
         if mode == "empty":
@@ -474,9 +487,9 @@ def build_conv(node):
         if mode.startswith("packed"):
             chunk = max(1, PACKED_CHUNK_BYTES // (4 * w5[0].size * LANES)) * LANES
             return (CallSite(kconv.conv_packed), (None, packed_weights.of(w), w5.shape[0], bias, None, group, k, s, d,
-                                                  p, taps, tile_rows, m_blocks, chunk, mode == "packed-pointwise",
-                                                  act.kind, consts, None), (0, 4, 17), shape, shape5, units, work,
-                    False)
+                                                  p, taps, tile_rows, tile_cols, m_blocks, chunk,
+                                                  mode == "packed-pointwise", act.kind, consts, None), (0, 4, 18),
+                    shape, shape5, units, work, False)
         if mode == "padded":
             return (CallSite(kconv.conv_padded), (None, packed_weights.of(w), w.shape[0], bias, None, group, k, s, p,
                                                   tile_rows, act.kind, consts, None), (0, 4, 12), shape, shape5,
@@ -506,9 +519,9 @@ def build_conv(node):
         if mode == "direct":
             return (CallSite(kconv.conv_direct), (None, w5, bias, None, group, k, s, d, p, act.kind, consts, None),
                     (0, 3, 11), shape, shape5, units, work, False)
-        return (CallSite(kconv.conv_gemm), (None, w5, bias, None, group, k, s, d, p, taps, tile_rows, m_blocks,
-                                            mode == "pointwise", act.kind, consts, None), (0, 3, 15), shape, shape5,
-                units, work, True)
+        return (CallSite(kconv.conv_gemm), (None, w5, bias, None, group, k, s, d, p, taps, tile_rows, tile_cols,
+                                            m_blocks, mode == "pointwise", act.kind, consts, None), (0, 3, 16), shape,
+                shape5, units, work, True)
 
     prepared = {}  # (X shape, W shape, itemsize) -> prepare's result for the constant W and B it was made with
 
@@ -578,6 +591,21 @@ def _broadcast_tiles(images, nrows, ow, n_mb, nth, parallel):
     return tile_rows, m_blocks
 
 
+def _column_tiles(images, nrows, ow, px_bytes, nth):
+    """Columns of each tile of the output rows, where whole rows make fewer tiles than the threads want and a row
+    is more than a tile's bytes (`px_bytes`: a pixel's bytes of im2col and output): a 1-D conv over a long
+    sequence is a single row. Else ow, tiles of whole rows. Such a row's units were blocks of output channels, each
+    repeating the whole row's im2col: wav2vec's 512->512 k=3 stride-2 conv over 1,599 steps wrote 9.8 MB of it on
+    each of two Intel Xeon threads, 13.0 ms against onnxruntime's 9.0; cut into tiles of columns, 9.4 ms (the
+    model 27.2-28.9 -> 24.6-26.2 ms)."""
+    row_bytes = px_bytes * ow
+    wanted = CONV_UNITS_PER_THREAD * nth
+    if row_bytes <= CONV_TILE_BYTES or images * nrows >= wanted or ow < 2 * CONV_TILE_MIN_PIXELS:
+        return ow
+    per_row = max(-(-wanted // (images * nrows)), -(-row_bytes // (COLUMN_TILE_FACTOR * CONV_TILE_BYTES)))
+    return min(ow, max(CONV_TILE_MIN_PIXELS, -(-ow // per_row)))
+
+
 def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     """(output rows per tile, output channels per block) of conv_gemm's units: tiles of whole output rows, of even
     sizes, within the byte budgets, about CONV_UNITS_PER_THREAD units per thread and at least CONV_TILE_MIN_PIXELS
@@ -600,7 +628,7 @@ def _gemm_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     return tile_rows, m_block
 
 
-def _packed_tiles(images, nrows, ow, kk, mg, pointwise, nth, parallel):
+def _packed_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel):
     """(output rows per tile, output channels per block) of conv_packed's units: tiles of whole output rows
     within the byte budget; the threads' shares cut along the pixels while tiles keep CONV_PACKED_MIN_PIXELS,
     then along the output channels (blocks of whole panels), then along the pixels again where the channels are
