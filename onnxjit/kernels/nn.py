@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.normalization import row_sum, row_sum_sq_dev
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -37,22 +38,18 @@ def batchnorm(x, a, b, out, t0, t1):
 def instance_norm(x, scale, bias, eps, out, t0, t1):
     """InstanceNormalization over the (image, channel) rows [t0, t1) of x (N, C, S): out = scale[c] * (x - mean)
     / sqrt(var + eps) + bias[c], mean and (biased) variance over the row, accumulated in float64 (onnxruntime
-    normalizes in the input's float type; a float64 sum keeps long rows from drifting)."""
+    normalizes in the input's float type; a float64 sum keeps long rows from drifting). The sums are vectorized
+    (reassociated): one sequential float64 sum ran at an add per 4 cycles, wav2vec's group norm over 512 x 3,199
+    took 1.5 ms on two threads against onnxruntime's 0.95."""
     n_ch, size = x.shape[1], x.shape[2]
+    zero = np.float64(0)
     for t in range(t0, t1):
         n = t // n_ch
         c = t - n * n_ch
         xr = x[n, c]
         yr = out[n, c]
-        total = 0.0
-        for j in range(size):
-            total += xr[_u(j)]
-        mean = total / size
-        sq = 0.0
-        for j in range(size):
-            d = xr[_u(j)] - mean
-            sq += d * d
-        inv = 1.0 / np.sqrt(sq / size + eps)
+        mean = row_sum(xr, zero) / size
+        inv = 1.0 / np.sqrt(row_sum_sq_dev(xr, mean, zero) / size + eps)
         a = out.dtype.type(scale[c] * inv)
         b = out.dtype.type(bias[c] - mean * scale[c] * inv)
         for j in range(size):

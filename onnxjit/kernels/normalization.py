@@ -97,7 +97,7 @@ def _exp_sum_next_max(xr, yr, m, xn, zero, store):
 
 
 @njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
-def _sum(xr, zero):
+def row_sum(xr, zero):
     s = zero
     for j in range(xr.shape[0]):
         s += xr[_u(j)]
@@ -105,7 +105,7 @@ def _sum(xr, zero):
 
 
 @njit(cache=True, nogil=True, forceinline=True, fastmath={"reassoc", "contract"})
-def _sum_sq_dev(xr, mu, zero):
+def row_sum_sq_dev(xr, mu, zero):
     q = zero
     for j in range(xr.shape[0]):
         d = xr[_u(j)] - mu
@@ -168,11 +168,11 @@ def _layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean, inv_st
     centered pass over the row (in L1 by then). mean[r], inv_std[r] receive the statistics."""
     scale_rows = scale.shape[0] > 1
     bias_rows = bias.shape[0] > 1
-    s = _sum(x[r0], zero)
+    s = row_sum(x[r0], zero)
     for r in range(r0, r1):
         xr = x[r]
         mu = s / nf
-        iv = one / np.sqrt(_sum_sq_dev(xr, mu, zero) / nf + eps)
+        iv = one / np.sqrt(row_sum_sq_dev(xr, mu, zero) / nf + eps)
         s = _normalize_sum_next(xr, y[r], scale[r] if scale_rows else scale[0], bias[r] if bias_rows else bias[0],
                                 mu, iv, x[r + 1] if r + 1 < r1 else xr, zero)
         mean[r] = mu
@@ -184,11 +184,11 @@ def _layernorm_block_inplace(y, r0, r1, scale, bias, eps, nf, zero, one, mean, i
     """`_layernorm_block` over y in place."""
     scale_rows = scale.shape[0] > 1
     bias_rows = bias.shape[0] > 1
-    s = _sum(y[r0], zero)
+    s = row_sum(y[r0], zero)
     for r in range(r0, r1):
         yr = y[r]
         mu = s / nf
-        iv = one / np.sqrt(_sum_sq_dev(yr, mu, zero) / nf + eps)
+        iv = one / np.sqrt(row_sum_sq_dev(yr, mu, zero) / nf + eps)
         s = _normalize_inplace_sum_next(yr, scale[r] if scale_rows else scale[0],
                                         bias[r] if bias_rows else bias[0], mu, iv,
                                         y[r + 1] if r + 1 < r1 else y[r0], zero)
@@ -210,7 +210,7 @@ def _softmax_layernorm_block(x, y, r0, r1, scale, bias, eps, nf, zero, one, mean
         yr = y[r]
         s, m_next = _exp_sum_next_max(xr, yr, m, x[r + 1] if r + 1 < r1 else xr, zero, True)
         mu = s / nf
-        iv = one / np.sqrt(_sum_sq_dev(yr, mu, zero) / nf + eps * s * s)
+        iv = one / np.sqrt(row_sum_sq_dev(yr, mu, zero) / nf + eps * s * s)
         _normalize_inplace(yr, scale[r] if scale_rows else scale[0], bias[r] if bias_rows else bias[0], mu, iv)
         mean[r] = mu / s
         inv_std[r] = iv * s
@@ -271,8 +271,8 @@ def skip_rows(x, skip, addend, total, y, in_place, scale, bias, eps, mean, inv_s
         for r in range(r0, min(nrows, r0 + block)):
             tr = total[r]
             _add_rows(x[r], skip[r % period], addend, tr)
-            mu = _sum(tr, zero) / nf
-            iv = one / np.sqrt(_sum_sq_dev(tr, mu, zero) / nf + eps)
+            mu = row_sum(tr, zero) / nf
+            iv = one / np.sqrt(row_sum_sq_dev(tr, mu, zero) / nf + eps)
             if in_place:
                 _normalize_inplace(tr, sr, br, mu, iv)
             else:
