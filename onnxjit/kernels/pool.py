@@ -17,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from onnxjit.cache.jit import njit
+from onnxjit.kernels.normalization import row_sum
 from onnxjit.kernels.simd import (LANES, aligned_empty, aligned_full, into_window, to_planes, vfma, vload, vmax, vsplat,
                                   vstore)
 from onnxjit.kernels.views import read_only
@@ -245,14 +246,13 @@ def pool_divisors(td, count_include_pad, dtype):
 
 @njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
 def global_avg(x, out, r0, r1):
-    """Mean over each row of x (rows, size), accumulated in float64, for rows [r0, r1)."""
+    """Mean over each row of x (rows, size), accumulated in float64, for rows [r0, r1); vectorized (one
+    sequential float64 sum ran at an add per 4 cycles: efficientnet_b0's 16 global pools took 458 us on two Intel
+    Xeon threads, onnxruntime's 218)."""
     size = x.shape[1]
+    zero = np.float64(0)
     for r in range(r0, r1):
-        xr = x[r]
-        acc = 0.0
-        for j in range(size):
-            acc += xr[_u(j)]
-        out[r] = acc / size
+        out[r] = row_sum(x[r], zero) / size
 
 
 @njit(cache=True, nogil=True)
