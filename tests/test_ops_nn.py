@@ -133,6 +133,7 @@ PACKED_CASES = [
     # strided 1x1 (resnets' projection shortcuts): an im2col that picks every other pixel, and one with pads
     ((1, 40, 14, 14), (48, 40, 1, 1), dict(strides=[2, 2]), True),
     ((2, 9, 11, 7), (13, 9, 1, 1), dict(strides=[3, 2], pads=[1, 0, 0, 1]), False),
+    ((1, 24, 40, 41), (32, 24, 1, 1), dict(strides=[2, 2]), True),  # rows of 21: runs across the lanes' blocks
 ]
 
 
