@@ -11,7 +11,6 @@ pads for the dilated kernel as the spec says. Kernels run over threads through `
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import os
 from dataclasses import dataclass
@@ -523,38 +522,54 @@ def build_conv(node):
                                             m_blocks, mode == "pointwise", act.kind, consts, None), (0, 3, 16), shape,
                 shape5, units, work, True)
 
-    prepared = {}  # (X shape, W shape, itemsize) -> prepare's result for the constant W and B it was made with
+    def bind(key, dtype, made):
+        """call(x, z, out) -> the output, for inputs of `key`'s shapes: prepare's kernel call with the arguments
+        that stay the same made once (X's view shape, the empty Z, the template cut around the per-run slots).
+        A conv step of a batch-1 network is mostly this code's overhead where its kernel is short."""
+        site, template, slots, shape, shape5, units, work, uses_blas = made
+        if site is None:  # an empty output
+            return lambda x, z, out: np.zeros(shape, dtype=dtype) if out is None else out
+        s0, s1, s2 = slots
+        if s1 is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
+            def dots(x, z, out):
+                y = np.empty(shape5, dtype=dtype) if out is None else out.reshape(shape5)
+                args = list(template)
+                args[s0] = ro_reshaped(x, (x.shape[0], -1))
+                args[s2] = y.reshape(shape[0], -1)
+                site.run(tuple(args), units, work)
+                return y.reshape(shape)
+            return dots
+        winograd = site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed
+        x_view, z_view = (key[0], shape) if winograd else (shape5_of(key[0], r), shape5)
+        no_z = _no_residual(dtype, len(z_view))
+        head, mid1, mid2, tail = template[:s0], template[s0 + 1:s1], template[s1 + 1:s2], template[s2 + 1:]
+        y_view = shape if winograd else shape5
+
+        def call(x, z, out):
+            y = np.empty(shape, dtype=dtype) if out is None else out
+            args = head + (ro_reshaped(x, x_view),) + mid1 + (no_z if z is None else ro_reshaped(z, z_view),) + \
+                mid2 + (y.reshape(y_view),) + tail
+            if uses_blas:
+                with single_threaded_blas_for(work):
+                    site.run(args, units, work)
+            else:
+                site.run(args, units, work)
+            return y
+        return call
+
+    prepared = {}  # (X shape, W shape, itemsize) -> (W, B, bind's call, output shape) for the constant W and B
 
     def run(x, w, b=None, z=None, out=None):
         key = (x.shape, w.shape, x.dtype.itemsize)
         entry = prepared.get(key)
-        if entry is not None and entry[0] is w and entry[1] is b:
-            site, template, slots, shape, shape5, units, work, uses_blas = entry[2]
-        else:
+        if entry is None or entry[0] is not w or entry[1] is not b:
             made = prepare(key, x.dtype, w, b)
-            site, template, slots, shape, shape5, units, work, uses_blas = made
+            entry = (w, b, bind(key, x.dtype, made), made[3])
             if packed_weights.holds(w) and (b is None or b is constant_input(node, 2)):
-                prepared[key] = (w, b, made)  # the per-run work left: the input's view, Z's and the output
-        if z is not None and z.shape != shape:
-            raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {shape}")
-        if site is None:  # an empty output
-            return (np.zeros(shape, dtype=x.dtype) if out is None else out,)
-        y = np.empty(shape5, dtype=x.dtype) if out is None else out.reshape(shape5)
-        args = list(template)
-        if slots[1] is None:  # the dot products: X as (images, channels) rows, the output as (images, M)
-            args[slots[0]] = ro_reshaped(x, (x.shape[0], -1))
-            args[slots[2]] = y.reshape(shape[0], -1)
-        elif site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed:
-            args[slots[0]] = ro(x)
-            args[slots[1]] = ro(z) if z is not None else _no_residual(x.dtype, 4)
-            args[slots[2]] = y
-        else:
-            args[slots[0]] = ro_reshaped(x, shape5_of(x.shape, r))
-            args[slots[1]] = ro_reshaped(z, shape5) if z is not None else _no_residual(x.dtype, 5)
-            args[slots[2]] = y
-        with single_threaded_blas_for(work) if uses_blas else contextlib.nullcontext():
-            site.run(tuple(args), units, work)
-        return (y.reshape(shape),)
+                prepared[key] = entry  # the per-run work left: the input's view, Z's and the output
+        if z is not None and z.shape != entry[3]:
+            raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {entry[3]}")
+        return (entry[2](x, z, out),)
 
     run.writes_into = True  # `out`: a C-contiguous array of the output's shape and dtype to write (placement.py)
     return run
