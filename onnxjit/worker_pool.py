@@ -477,7 +477,14 @@ class CallSite:
         self._found = None  # _launcher's (native entry, launch wrapper)
 
     def run(self, args, n_units, work) -> None:
-        threads = threads_for(n_units, work)
+        if n_units <= 1 or work < PARALLEL_GRAIN:  # threads_for's test, inline: one thread
+            serial = self._serial
+            if serial is not None:
+                serial(*args, 0, n_units)
+            else:
+                self._run_serial(args, n_units)
+            return
+        threads = thread_count()
         if threads <= 1:
             self._run_serial(args, n_units)
             return

@@ -62,18 +62,27 @@ def _static_signature(group: Group) -> list | None:
 
 
 def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
-    sizes = [int(np.prod(shape, dtype=np.int64)) for shape in spec.out_shapes]
+    """The group's step: its kernel over flat read-only views of the loaded inputs (converted to their compute
+    dtypes), new outputs, and the loop sizes. What stays the same from run to run is made here: in a chain of
+    small steps the step's own Python was most of its time (4.4 us a step, onnxruntime's 0.3)."""
     site = CallSite(kernel)  # the arguments' types are fixed: the spec's dtypes, flat read-only inputs
+    loaded = tuple(zip(spec.loaded, spec.in_dtypes))
+    outs_made = tuple((int(np.prod(shape, dtype=np.int64)), dt) for shape, dt in zip(spec.out_shapes, spec.out_dtypes))
+    finals = tuple(zip(spec.out_shapes, spec.final_dtypes))
+    converted = any(dt != f for dt, f in zip(spec.out_dtypes, spec.final_dtypes))
+    sizes, n_units, work = tuple(spec.sizes), spec.n_units, spec.work
 
     def run(*args: Any) -> list[np.ndarray]:
         # read-only, exactly the kernel's signature: worker_pool then hands the arrays to the threads natively
         # (a writable array converts at the dispatcher, and runs on the caller alone)
-        ins = [ro_reshaped(args[i], -1, dt) for i, dt in zip(spec.loaded, spec.in_dtypes)]
-        outs = [np.empty(n, dt) for n, dt in zip(sizes, spec.out_dtypes)]
+        ins = tuple([ro_reshaped(args[i], -1, dt) for i, dt in loaded])
+        outs = tuple([np.empty(n, dt) for n, dt in outs_made])
         # zero-size loops run no iterations; a reduction then gives its start
-        site.run((*ins, *outs, *spec.sizes), spec.n_units, spec.work)
-        return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
-                for o, shape, f in zip(outs, spec.out_shapes, spec.final_dtypes)]
+        site.run(ins + outs + sizes, n_units, work)
+        if converted:
+            return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
+                    for o, (shape, f) in zip(outs, finals)]
+        return [o.reshape(shape) for o, (shape, _) in zip(outs, finals)]
     return run
 
 
