@@ -243,8 +243,8 @@ def conv_gemm(x, w, bias, z, group, k, s, d, p, taps, tile_rows, tile_cols, m_bl
     of one (see _tile_span), block of `m_block` output channels): the group's weights times the tile's im2col
     matrix, or, for a pointwise conv (`pointwise`: 1x1, stride 1, unpadded), times the tile's block of input
     columns as it lies in x. The GEMM writes its block of output rows in place (blas.gemm on strided views), and
-    the epilogue runs over those rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array or empty; z is out's
-    shape or empty."""
+    the epilogue runs over those rows while they are in cache. out is (N, M, OD, OH, OW); `bias` a length-M array
+    or empty; z is out's shape or empty."""
     n_img, n_ch = x.shape[0], x.shape[1]
     m_out = w.shape[0]
     od, oh, ow = out.shape[2], out.shape[3], out.shape[4]
