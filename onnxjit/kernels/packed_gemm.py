@@ -222,7 +222,8 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
     from bias0) times blocks of LANES columns of b, `width` columns in all: block i's k rows start at
     bp[bb0 + i * block_step], b_rs apart (packed: LANES and k * LANES; in place: b's row stride and LANES);
     c's rows from cf[c0], c_rs apart, plus the residual zf at c's places where zf is not empty; a partial last
-    block goes through scratch[ct:] first (its residual and clamp added as it is copied out)."""
+    block, and a panel's last rows where M is not a multiple of MR, go through scratch[ct:] (MR x LANES) first
+    (their residual and clamp added as they are copied out)."""
     panel_size = k * MR
     blocks = -(-width // LANES)
     has_z = zf.size > 0
@@ -237,20 +238,19 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
         for blk in range(blocks):
             bb = bb0 + _u(blk) * block_step
             j = blk * LANES
-            # whole panels with the row count and the residual test as constants: after inlining LLVM drops the
+            # every tile with the row count and the residual test as constants: after inlining LLVM drops the
             # tests, which made it compile the tile's loop 10-20% slower (one Intel Xeon AVX-512 core, operands
             # in L2: 512x128 @ 128x768 126-133 -> 151-157 GFLOP/s, 256x64 @ 64x3136 108-120 -> 127-149, with a
-            # residual 102 -> 121-135)
+            # residual 102 -> 121-135). A panel's last rows go through scratch as a partial block does: three
+            # copies of the tile, each compiled at the cost of about 0.7 s (gemm_packed took 3.5 s with two)
             if j + LANES <= width and rows == MR and not has_z:
                 _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, MR, sums, zf, False, lo, hi, pf)
             elif j + LANES <= width and rows == MR:
                 _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, MR, sums, zf, True, lo, hi, pf)
-            elif j + LANES <= width:
-                _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, rows, sums, zf, has_z, lo, hi, pf)
             else:
-                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), rows, sums, zf, False, no_lo, no_hi, pf)
+                _tile(ap, a, k, bp, bb, b_rs, scratch, ct, _u(LANES), MR, sums, zf, False, no_lo, no_hi, pf)
                 for r in range(rows):
-                    for q in range(width - j):
+                    for q in range(min(LANES, width - j)):
                         at = crow + _u(r) * c_rs + _u(j + q)
                         v = scratch[ct + _u(r * LANES + q)]
                         if has_z:
