@@ -240,9 +240,10 @@ def _panels_times_blocks(ap, a0, panels, rows_left, bias, bias0, k, bp, bb0, b_r
             j = blk * LANES
             # every tile with the row count and the residual test as constants: after inlining LLVM drops the
             # tests, which made it compile the tile's loop 10-20% slower (one Intel Xeon AVX-512 core, operands
-            # in L2: 512x128 @ 128x768 126-133 -> 151-157 GFLOP/s, 256x64 @ 64x3136 108-120 -> 127-149, with a
-            # residual 102 -> 121-135). A panel's last rows go through scratch as a partial block does: three
-            # copies of the tile, each compiled at the cost of about 0.7 s (gemm_packed took 3.5 s with two)
+            # in L2: 512x128 @ 128x768 126-133 -> 146-157 GFLOP/s, 256x64 @ 64x3136 108-120 -> 127-149, with a
+            # residual 102 -> 116-136). A panel's last rows go through scratch as a partial block does, so the
+            # tile is inlined three times: a fourth copy for them took gemm_packed's first compile from 3.5 to
+            # 4.9-5.5 s
             if j + LANES <= width and rows == MR and not has_z:
                 _tile(ap, a, k, bp, bb, b_rs, cf, crow + _u(j), c_rs, MR, sums, zf, False, lo, hi, pf)
             elif j + LANES <= width and rows == MR:

@@ -659,7 +659,8 @@ def _packed_tiles(images, nrows, ow, kk, mg, pointwise, itemsize, nth, parallel)
     pixels, 0.87x along the pixels, 1152->192 over 7x7 0.93x, resnet's 512->128 over 28x28 0.60x; the
     expansions stay cut along the channels (96->576 over 14x14 1.12x, 112->672 1.11x along the pixels). Tiles
     the byte budget asks for come in whole rounds for the threads (a 3->32-channel stem conv over 224x224 pixels
-    was cut into three tiles, two on one thread)."""
+    was cut into three tiles, two on one thread). `itemsize` (always 4) is unread: _gemm_tiles' signature, so
+    that the plan calls either tiler alike."""
     mr = packed_gemm.MR
     per_row = (mg + (0 if pointwise else kk)) * ow * 4
     tile_rows = max(1, min(nrows, CONV_TILE_BYTES // per_row))
