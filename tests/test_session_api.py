@@ -726,3 +726,28 @@ def test_outputs_that_are_feeds_or_repeat_a_value_are_copies():
             np.testing.assert_array_equal(x, before)
             np.testing.assert_array_equal(outs[0], before + 1)
             np.testing.assert_array_equal(outs[3], before * 2 + 1)
+
+
+def test_outputs_from_numba_kernels_are_copied_only_where_they_share_memory():
+    """Numba's arrays have a MemInfo for base, not the array they view: a view of a feed (its MemInfo's parent) and
+    a second array over one Numba allocation are copies, a fresh Numba array is handed out as it is."""
+    import numba
+    import numpy as np
+
+    from onnxjit.session.session import _independent
+
+    @numba.njit
+    def kernel(x):
+        fresh = np.arange(4.0)
+        return fresh, x[1:], x, fresh[:2], fresh
+    whole = np.zeros(6)
+    x = whole[1:5]  # a feed viewing a larger array of the caller's
+    outs = kernel(x)
+    handed = _independent(outs, {"x": x})
+    assert handed[0] is outs[0]
+    for i, o in enumerate(handed[1:], 1):
+        assert o is not outs[i] and o.flags.writeable
+        assert not np.shares_memory(o, whole) and not any(np.shares_memory(o, p) for p in handed[:i])
+    assert [o.tolist() for o in handed] == [[0, 1, 2, 3], [0, 0, 0], [0, 0, 0, 0], [0, 1], [0, 1, 2, 3]]
+    # a numpy scalar comes back as a 0-d array
+    assert type(_independent([np.float32(2)], {})[0]) is np.ndarray

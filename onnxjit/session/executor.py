@@ -98,8 +98,13 @@ class CompiledGraph:
 
     def plan_for(self, feeds: dict[str, Any]) -> ExecutionPlan:
         # value_signature inlined for arrays, in a list rather than a generator (650 -> 520 ns for one feed)
-        key = tuple([(n, (v.dtype, v.shape) if type(v) is np.ndarray else value_signature(v))
-                     for n, v in feeds.items()])
+        return self._plan(tuple([(n, (v.dtype, v.shape) if type(v) is np.ndarray else value_signature(v))
+                                 for n, v in feeds.items()]))
+
+    def _plan(self, key: tuple) -> ExecutionPlan:
+        """The plan kept under `key`. Any key that tells the feeds' signatures apart will do: a step that binds
+        checks its own arguments' signature before it uses the kernel a plan holds for it (_bound_kernel), so
+        plans only save rebinding when signatures alternate."""
         if len(self._plans) == 1:  # the common case, one signature: no order to keep, no lock to take
             plan = self._plans.get(key)
             if plan is not None:
@@ -216,11 +221,14 @@ class CompiledGraph:
         between)."""
         if self._positional is None:
             self._positional = self._straight_runner(positional=True)
-        straight, names, binds = self._positional, self.input_names, self._binds
+        straight, binds = self._positional, self._binds
         env = {**self._overridable, **outer} if outer else self._overridable  # (read only)
         call_runner = self._call_runner
-        if binds:
-            return lambda *inputs: call_runner(straight, env, self.plan_for(dict(zip(names, inputs))).bound, inputs)
+        if binds:  # plans keyed by the inputs' shapes alone, in order (1.0 -> 0.3 us an iteration; see _plan)
+            plan = self._plan
+            return lambda *inputs: call_runner(
+                straight, env, plan(tuple([v.shape if type(v) is np.ndarray else value_signature(v)
+                                           for v in inputs])).bound, inputs)
         return lambda *inputs: call_runner(straight, env, None, inputs)
 
     def _straight_runner(self, positional: bool = False) -> tuple[Callable, list]:

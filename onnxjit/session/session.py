@@ -12,6 +12,7 @@ from typing import Any, Sequence
 
 import numba
 import numpy as np
+from numba.core.runtime.nrt import MemInfo
 
 from onnxjit.cache import parallel_compile
 from onnxjit.errors import InvalidArgument, InvalidGraph
@@ -212,19 +213,27 @@ class InferenceSession:
             run_options: RunOptions | None = None) -> list[Any]:
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed must be a dict of input name -> value, got {type(input_feed).__name__}")
-        known = self._output_names
-        if output_names is None or len(output_names) == 0:
-            wanted = None  # all, in the model's order
-        else:
+        if output_names:
+            known = self._output_names
             missing = [n for n in output_names if n not in known]
             if missing:
                 raise InvalidArgument(f"Invalid output name(s) {missing}; the model's outputs are {known}")
-            wanted = list(output_names)
-        values = self._run_compiled(self._compiled, self._check_feeds(input_feed), run_options)
-        if wanted is None:
-            return _independent([_to_output(v) for v in values], input_feed)
-        by_name = dict(zip(known, values))
-        return _independent([_to_output(by_name[n]) for n in wanted], input_feed)
+        feeds = self._check_feeds(input_feed)
+        if run_options is None and self._profile is None and self._first_run is None and not self._device_feeds:
+            # the common run, inline (each call between here and the kernels costs 0.1-0.3 us: a one-node model's
+            # whole run at batch 1 is 6 us in onnxruntime)
+            threads = self._threads
+            if threads > 0 and thread_count() != threads:
+                _set_num_threads(threads)
+            if threads != 1:
+                keep_workers_off_this_core()
+            values = self._compiled.run(feeds)
+        else:
+            values = self._run_compiled(self._compiled, feeds, run_options)
+        if output_names:
+            by_name = dict(zip(self._output_names, values))
+            values = [by_name[n] for n in output_names]
+        return _independent(values, input_feed)
 
     def _run_compiled(self, compiled: CompiledGraph, feeds: dict[str, Any], run_options: RunOptions | None):
         if self._device_feeds:
@@ -339,32 +348,56 @@ def _node_arg(name: str, t: ValueType | None) -> NodeArg:
 
 
 def _independent(outputs: list[Any], feeds: dict[str, Any]) -> list[Any]:
-    """The outputs with a copy of any that shares memory with a feed or an earlier output, or is read-only: kernels
-    hand out views (Reshape, Squeeze, Slice and Gather of contiguous blocks) and Identity hands on its input (a
-    graph output may be a feed itself), and as onnxruntime's, a caller's outputs are its own, to write without
-    changing its inputs, another output or a weight (or a Loop's condition passed on).
+    """The outputs as a caller gets them (a list, numpy scalars as 0-d arrays), with a copy of any that shares
+    memory with a feed or an earlier output, or is read-only: kernels hand out views (Reshape, Squeeze, Slice and
+    Gather of contiguous blocks) and Identity hands on its input (a graph output may be a feed itself), and as
+    onnxruntime's, a caller's outputs are its own, to write without changing its inputs, another output or a
+    weight (or a Loop's condition passed on).
 
-    Sharing is decided by the memory's owner: numpy points every view's `base` at the array owning the memory (or
-    the non-array object that does), so an output shares with a feed or an earlier output when the owners are the
-    same object (0.3 us an output, where np.may_share_memory against each feed took 1-2). An owner that is not an
-    array owning its memory (a buffer a caller wrapped) is checked with np.may_share_memory as well."""
-    owners = None
+    Sharing is decided by the memory's owner (_owner_key), compared as a number: an output shares with a feed or
+    an earlier output when their owners are the same (np.may_share_memory against each feed took 1-2 us an
+    output). An owner not known to own its memory (a buffer a caller wrapped) is checked with np.may_share_memory
+    as well."""
+    outputs = list(outputs)
+    seen = None  # the owners' keys of the feeds and of the outputs so far
     for i, o in enumerate(outputs):
         if type(o) is not np.ndarray:
+            if isinstance(o, np.generic):
+                outputs[i] = np.asarray(o)
             continue
-        if owners is None:  # the feeds' owners, made once an array is handed out
-            fed = [f for f in feeds.values() if type(f) is np.ndarray]
-            owners = {id(f if f.base is None else f.base) for f in fed}
-        owner = o if o.base is None else o.base
-        shared = not o.flags.writeable or id(owner) in owners
-        if not shared and not (type(owner) is np.ndarray and owner.flags.owndata):
-            shared = any(np.may_share_memory(o, f) for f in fed) or \
-                any(type(p) is np.ndarray and np.may_share_memory(o, p) for p in outputs[:i])
-        if shared:  # (a read-only one: a weight's view, say, which the caller may not write)
-            outputs[i] = o = o.copy()
-            owner = o
-        owners.add(id(owner))
+        if seen is None:
+            seen = set()
+            for f in feeds.values():
+                if type(f) is np.ndarray:
+                    seen.add(id(f) if f.base is None else _owner_key(f)[0])
+        if o.base is None:  # (the common case inline: an array numpy allocated)
+            key, owned = id(o), True
+        else:
+            key, owned = _owner_key(o)
+        if key in seen or not o.flags.writeable or not owned and (
+                any(type(f) is np.ndarray and np.may_share_memory(o, f) for f in feeds.values()) or
+                any(type(p) is np.ndarray and np.may_share_memory(o, p) for p in outputs[:i])):
+            outputs[i] = o = o.copy()  # (a read-only one: a weight's view, say, which the caller may not write)
+            key = id(o)
+        seen.add(key)
     return outputs
+
+
+def _owner_key(a: np.ndarray) -> tuple[int, bool]:
+    """(a number naming what owns a's memory, whether that owner is known to own it). numpy points every view's
+    `base` at the array owning the memory (or the non-array object that does): named by its id. Numba's arrays
+    have a MemInfo for base: its `parent` is the numpy array it wraps; with no parent Numba allocated the memory,
+    named by its address (two MemInfo objects can stand for one allocation; an address cannot be a live object's
+    id)."""
+    base = a.base
+    if base is None:
+        return id(a), True
+    if type(base) is MemInfo:
+        parent = base.parent
+        if parent is None:
+            return base.data, True
+        return _owner_key(parent) if type(parent) is np.ndarray else (id(parent), False)
+    return id(base), type(base) is np.ndarray and base.flags.owndata
 
 
 def _to_output(v: Any) -> Any:
