@@ -72,6 +72,8 @@ def _labels(a: Attrs, required: bool):
 
 def _float_rows(node, x, features: int):
     """x (float, double, int64 or int32; [F] or [N, F]) as read-only float32 (N, F), its width checked."""
+    if type(x) is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.shape[1] == features:
+        return ro(x)  # the common case first: this runs once per model per run
     x = checked_tensor(node, x, NUMERIC)
     n, f = rows_of(node, x)
     if f != features:
@@ -115,9 +117,14 @@ def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling
     """linear_rows over x's rows in blocks (site: the node's CallSite of it, x read-only float32 (N, F), raw and out
     float32 (N, *), labels_out int64 (N,)); `scaling`: a Scaler's (offset, scale) per column applied to x first."""
     n = x.shape[0]
+    args = (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out)
+    work = n * coef.size
+    if work < PARALLEL_GRAIN:  # one block on this thread, as _row_blocks would cut it, with less Python (batch 1)
+        if n:
+            site.run(args + (n,), 1, work)
+        return
     rows, blocks = _row_blocks(n, n * coef.shape[0] * max(coef.shape[1], 1))
-    _run_blocks(site, (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out, rows), blocks,
-                n * coef.size)
+    _run_blocks(site, args + (rows,), blocks, work)
 
 
 # --- LinearClassifier / LinearRegressor ------------------------------------------------------------------------
@@ -151,15 +158,16 @@ def build_linear_classifier(node, scaling=None):
     declare_outputs(node, T.STRING if labels.dtype == object else T.INT64, T.FLOAT)
 
     site = CallSite(k.linear_rows)
+    new_out = np.zeros if post == k.PROBIT else np.empty
+    rule, scaling = int(two_labels), scaling or _NO_SCALING
 
     def run(x):
         xf = _float_rows(node, x, features)
         n = xf.shape[0]
         label_idx = np.empty(n, np.int64)
-        out = (np.zeros if post == k.PROBIT else np.empty)((n, cols), np.float32)
+        out = new_out((n, cols), np.float32)
         raw = out if cols == targets else np.empty((n, targets), np.float32)
-        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, int(two_labels), label_idx, raw, out,
-                scaling or _NO_SCALING)
+        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling)
         return labels[label_idx], out
     return run
 
