@@ -571,7 +571,7 @@ def _small_convnet(rng):
 
 QUANTIZATION_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
                     "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
-                    "QLinearGlobalAveragePool"}
+                    "QLinearGlobalAveragePool", "MatMulIntegerToFloat"}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -579,8 +579,8 @@ QUANTIZATION_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear
 def test_models_quantized_by_onnxruntime(how, tmp_path):
     """A small convnet quantized by onnxruntime.quantization runs as on onnxruntime, bit for bit, every quantization
     node on the CPU provider (the Flatten of a com.microsoft op's output, whose type inference does not know,
-    may fall back); the QDQ model's DequantizeLinear -> Conv -> QuantizeLinear groups run as QLinearConv, as
-    onnxruntime rewrites them (onnxjit/optimizer/qdq.py)."""
+    may fall back); the QDQ model's DequantizeLinear -> Conv -> QuantizeLinear groups run as QLinearConv and the
+    dynamic one's MatMulInteger -> Cast -> Mul as MatMulIntegerToFloat, as onnxruntime rewrites them."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -609,8 +609,12 @@ def test_models_quantized_by_onnxruntime(how, tmp_path):
     sess = onnxjit.InferenceSession(str(quant_path), providers=["CPUExecutionProvider"])
     ran = {(n.op_type, s.provider) for s in sess._compiled.steps for n in s.nodes}
     written = {n.op_type for n in onnx.load(quant_path).graph.node} & QUANTIZATION_OPS
-    rewritten = {"QLinearConv"} if how == "static-qdq" else set()
-    assert len(written) >= 2 and {op for op, _ in ran if op in QUANTIZATION_OPS} == written | rewritten, ran
+    # as onnxruntime rewrites them: QDQ Convs as QLinearConv (optimizer/qdq.py), quantize_dynamic's MatMulInteger ->
+    # Cast -> Mul as MatMulIntegerToFloat (optimizer/matmul_integer_to_float.py)
+    expected = written | {"QLinearConv"} if how == "static-qdq" else written
+    if how == "dynamic":
+        expected = expected - {"MatMulInteger"} | {"MatMulIntegerToFloat"}
+    assert len(written) >= 2 and {op for op, _ in ran if op in QUANTIZATION_OPS} == expected, ran
     assert all(provider == "CPUExecutionProvider" for op, provider in ran if op in QUANTIZATION_OPS), ran
     got = sess.run(None, {"x": x})[0]
     want = ort_run(onnx.load(quant_path), {"x": x})[0]
@@ -658,3 +662,52 @@ def test_lazily_imported_op_modules_register_what_the_table_says():
     assert covered == registered, sorted(registered - covered)
     named = {key for key in registry.LAZY_MODULES if key[1] is not None}
     assert named <= set(registry.OPS), sorted(named - set(registry.OPS))
+
+
+@pytest.mark.skipif(not kq.HAS_AMX_GEMM, reason="needs AMX tiles (Intel Sapphire Rapids or later, granted by the OS)")
+@pytest.mark.parametrize("m,k,n,batches", [(1, 5, 3, 1), (37, 70, 45, 2), (64, 128, 64, 1), (33, 200, 97, 3)])
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+def test_amx_tiles_give_the_register_kernels_results(m, k, n, batches, a_type):
+    """igemm_amx (tdpbusd over 16 x 64-byte tiles) and igemm (vpdpbusd) over the same operands, padded as AMX
+    needs (rows of A to whole tiles, K to 64), give the same int32 products and the same requantized bytes, equal to
+    numpy's; zero points per row and per column, a bias, batches of A over one B, partial tiles and panels. The
+    kernel's machine code has tdpbusd."""
+    from onnxjit.ops import quantize as oq
+    rng = _rng()
+    info = np.iinfo(a_type)
+    a = rng.integers(info.min, info.max + 1, (batches, m, k)).astype(a_type)
+    b = rng.integers(-128, 128, (1, k, n)).astype(np.int8)
+    za = rng.integers(info.min, info.max + 1, (1, m))
+    zb = rng.integers(-128, 128, (1, n))
+    bias = rng.integers(-1000, 1000, (1, m)).astype(np.int32)
+    want = np.einsum("bmk,kn->bmn", a.astype(np.int64) - za[..., None], b[0].astype(np.int64) - zb) + bias[..., None]
+    a_op, b_op = oq.a_operand(a), oq.b_matrix_operand(b)
+    assert a_op[0].shape[1] % kq.AMX_ROWS == 0 and a_op[0].shape[2] % 64 == 0
+    mult_c = rng.uniform(1e-4, 1e-3, (1, n)).astype(np.float32)
+    for y_dtype in (np.int32, np.uint8):
+        results = []
+        for gemm in (kq.igemm, kq.igemm_amx):
+            out = np.empty((batches, m, n), y_dtype)
+            at, rowsum, a_off = a_op
+            bp, colsum, b_off = b_op
+            zb_t = zb - b_off
+            requant = y_dtype != np.int32
+            rows = kq.AMX_ROWS if gemm is kq.igemm_amx else kq.MR
+            gemm(at, bp, (za - a_off).astype(np.int32), rowsum, zb_t.astype(np.int32),
+                 (colsum - k * zb_t).astype(np.int32), bias, np.ones((1, m), np.float32), mult_c, requant, 3,
+                 np.float32(-3), np.float32(252), out, 0, batches * bp.shape[1] * -(-m // rows))
+            results.append(out)
+        np.testing.assert_array_equal(results[1], results[0])
+        if y_dtype == np.int32:
+            np.testing.assert_array_equal(results[1], want)
+        else:  # rint(acc * multiplier) clamped to the range less the zero point 3, in float32 as the kernels do
+            scaled = np.rint(want.astype(np.float32) * mult_c[0])
+            np.testing.assert_array_equal(results[1], (np.clip(scaled, -3, 252) + 3).astype(np.uint8))
+    amx_gemm = numba.njit(nogil=True)(kq.igemm_amx.py_func)  # compiled here: cached code cannot be inspected
+    at, rowsum, _ = a_op
+    out = np.empty((batches, m, n), np.int32)
+    ones_m = np.ones((1, m), np.float32)
+    amx_gemm(at, b_op[0], np.zeros((1, m), np.int32), rowsum, np.zeros((1, n), np.int32), np.zeros((1, n), np.int32),
+             np.zeros((1, m), np.int32), ones_m, np.ones((1, n), np.float32), False, 0, np.float32(0), np.float32(0),
+             out, 0, 0)
+    assert re.search(r"\btdpbusd\b", amx_gemm.inspect_asm(amx_gemm.signatures[0]))

@@ -246,6 +246,30 @@ def test_quantize_dynamic_matches_onnxruntime(model_path, tmp_path, per_channel,
     assert_runs_alike(name, path, tmp_path / "jit.onnx")
 
 
+@pytest.mark.parametrize("per_channel", [False, True])
+def test_dynamic_matmuls_run_as_matmul_integer_to_float(tmp_path, per_channel):
+    """quantize_dynamic's MatMulInteger -> Cast -> Mul by the scales' product becomes com.microsoft
+    MatMulIntegerToFloat at ORT_ENABLE_EXTENDED and above (the scaling in the integer GEMM's epilogue), as
+    onnxruntime fuses it: the same float32 outputs as the three steps unfused (ORT_ENABLE_BASIC), bit for bit, and
+    as onnxruntime's."""
+    onnx.save(mlp(), tmp_path / "mlp.onnx")
+    ortq.quantize_dynamic(tmp_path / "mlp.onnx", tmp_path / "q.onnx", per_channel=per_channel)
+    feeds = random_feeds("mlp", 37, seed=5)
+    outs = {}
+    for level in (onnxjit.GraphOptimizationLevel.ORT_ENABLE_BASIC, onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = onnxjit.SessionOptions()
+        so.graph_optimization_level = level
+        sess = onnxjit.InferenceSession(str(tmp_path / "q.onnx"), so)
+        ops = [n.op_type for s in sess._compiled.steps for n in s.nodes]
+        fused = level == onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL
+        assert ops.count("MatMulIntegerToFloat") == (3 if fused else 0), ops
+        assert ("MatMulInteger" in ops) != fused and ("Cast" in ops) != fused, ops
+        outs[level] = sess.run(None, feeds)[0]
+    np.testing.assert_array_equal(*outs.values())
+    want = onnxruntime.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
+    np.testing.assert_array_equal(outs[onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL], want[0])
+
+
 def test_quantize_dynamic_at_opset_10(tmp_path):
     """No DynamicQuantizeLinear before opset 11: the activation's scale and zero point are computed by nodes
     (onnxruntime's form does not widen the range to hold 0, so a positive-only input such as a Sigmoid's decodes

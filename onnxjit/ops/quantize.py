@@ -258,7 +258,7 @@ def build_dynamic_quantize_linear(node):
 
 
 # --- the integer GEMM -------------------------------------------------------------------------------------------
-A_TYPE, B_TYPE, WORD = kq.DOT_TYPES
+A_TYPE, B_TYPE, _ = kq.DOT_TYPES
 
 
 def _a_offset(dtype):
@@ -274,12 +274,14 @@ def _b_offset(dtype):
 def a_operand(a3):
     """A (Ba, M, K) as the GEMM stores it: ((Ba, M, Kp) zero-padded, its row sums, the offset subtracted)."""
     ba, m, k = a3.shape
-    kp = -(-k // WORD) * WORD
+    kp = -(-k // kq.K_ALIGN) * kq.K_ALIGN
     offset = _a_offset(a3.dtype)
-    at = np.zeros((ba, m, kp), A_TYPE)
-    at[..., :k] = a3.astype(np.int16) - offset
+    mp = -(-m // kq.M_ALIGN) * kq.M_ALIGN  # (rows past M for AMX's whole tiles)
+    at = np.empty((ba, mp, kp), A_TYPE)
+    rowsum = np.empty((ba, mp), np.int32)
+    kq.pack_rows(np.ascontiguousarray(a3), offset, at, rowsum)
     at.flags.writeable = False
-    return at, ro(at.sum(axis=2, dtype=np.int32)), offset
+    return at, ro(rowsum), offset
 
 
 def b_operand(x5, group, k, s, d, p, out_sizes, pad):
@@ -288,7 +290,7 @@ def b_operand(x5, group, k, s, d, p, out_sizes, pad):
     outside x, the kernel reads a copy of x padded with `pad`."""
     n_img, c = x5.shape[:2]
     kk = c // group * math.prod(k)
-    kp = -(-kk // WORD) * WORD
+    kp = -(-kk // kq.K_ALIGN) * kq.K_ALIGN
     npx = math.prod(out_sizes)
     panels = -(-npx // kq.NR)
     offset = _b_offset(x5.dtype)
@@ -329,8 +331,9 @@ def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None
     bias = np.zeros((1, m), np.int32) if bias is None else bias
     mult_r = np.ones((1, m), np.float32) if mult_r is None else mult_r
     mult_c = np.ones((1, n), np.float32) if mult_c is None else mult_c
-    units = nb * bp.shape[1] * -(-m // kq.MR)
-    run_units(kq.igemm, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
+    gemm, rows = (kq.igemm_amx, kq.AMX_ROWS) if kq.HAS_AMX_GEMM else (kq.igemm, kq.MR)
+    units = nb * bp.shape[1] * -(-m // rows)
+    run_units(gemm, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
                          ro(np.asarray(mult_r, np.float32)), ro(np.asarray(mult_c, np.float32)), requant, int(zy), lo,
                          hi, out), units, nb * m * n * at.shape[2])
     return out
@@ -391,10 +394,12 @@ def _as_matrices(b):
     return b_matrix_operand(b.reshape(1, -1, 1) if b.ndim == 1 else b.reshape((-1,) + b.shape[-2:]))
 
 
-def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0):
+def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, scales=None):
     """The MatMul-like product (A - za) @ (B - zb): int32 (MatMulInteger), or requantized into y_dtype with the
-    per-column multipliers mult_c and zero point zy (QLinearMatMul). packed_b: a ConstantDerived packing the
-    node's constant B (used where B is it and its batch is not broadcast)."""
+    per-column multipliers mult_c and zero point zy (QLinearMatMul), or with `scales` (A's scale, B's per tensor
+    or per column) float32 `product * (a_scale * b_scale)` (MatMulIntegerToFloat), each in the GEMM's epilogue.
+    packed_b: a ConstantDerived packing the node's constant B (used where B is it and its batch is not
+    broadcast)."""
     ms.check_8bit(op, A=a, B=b)
     a3, b3, batch, out_shape = _batched(op, a, b)
     m, k, n = a3.shape[1], a3.shape[2], b3.shape[2]
@@ -402,13 +407,21 @@ def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0):
     zb2 = _points(op, "the zero point of B", zb, batch, m, n, False)
     own_batches = b.ndim == 1 or b3.shape[0] == math.prod(b.shape[:-2])
     b_op = packed_b.of(b) if own_batches and packed_b.holds(b) else b_matrix_operand(b3)
-    out = np.empty((math.prod(batch), m, n), np.int32 if y_dtype is None else y_dtype)
-    y_range = None
+    y_range = mult_r = None
+    if scales is not None:
+        if scales[1].size not in (1, n):
+            raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({n}), got shape "
+                             f"{scales[1].shape}")
+        out = np.empty((math.prod(batch), m, n), np.float32)
+        mult_r = np.full((1, m), scales[0], np.float32)
+        mult_c = _points(op, "b_scale", np.asarray(scales[1], np.float32).reshape(-1), batch, m, n, False)
+    else:
+        out = np.empty((math.prod(batch), m, n), np.int32 if y_dtype is None else y_dtype)
     if y_dtype is not None:
         info = np.iinfo(y_dtype)
         y_range = (int(info.min), int(info.max))
         mult_c = _points(op, "the scale of B", mult_c, batch, m, n, False)
-    integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_c=mult_c, zy=zy, y_range=y_range)
+    integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_r=mult_r, mult_c=mult_c, zy=zy, y_range=y_range)
     return out.reshape(out_shape)
 
 
@@ -700,14 +713,15 @@ def build_qlinear_concat(node):
     return run
 
 
-def _float_output(op, acc, a_scale, b_scale, bias, n):
-    """acc * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul."""
-    b_scale = np.asarray(b_scale)
-    if b_scale.size not in (1, n):
-        raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({n}), got shape {b_scale.shape}")
+def _float_product(op, a, za, b, zb, packed_b, a_scale, b_scale, bias):
+    """(A - za) @ (B - zb) * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul:
+    the scaling in the GEMM's epilogue, as contrib.microsoft.quantized.to_float rounds it (the float32 product
+    of the int32 sum and the float32 product of the scales), then the bias."""
+    y = integer_matmul(op, a, za, b, zb, packed_b, scales=(a_scale, np.asarray(b_scale)))
+    n = b.shape[-1]
     if bias is not None and bias.shape != (n,):
         raise ValueError(f"{op}: bias must have shape ({n},), got {bias.shape}")
-    return ms.to_float(acc, a_scale, b_scale, bias)
+    return y if bias is None else y + np.asarray(bias, np.float32)
 
 
 @register_op("MatMulIntegerToFloat", domain=MS_DOMAIN)
@@ -719,8 +733,8 @@ def build_matmul_integer_to_float(node):
 
     def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
         op = "MatMulIntegerToFloat"
-        acc = integer_matmul(op, a, 0 if a_zp is None else a_zp, b, 0 if b_zp is None else b_zp, packed_b)
-        return (_float_output(op, acc, ms.scalar(op, "a_scale", a_scale), b_scale, bias, b.shape[-1]),)
+        return (_float_product(op, a, 0 if a_zp is None else a_zp, b, 0 if b_zp is None else b_zp, packed_b,
+                               ms.scalar(op, "a_scale", a_scale), b_scale, bias),)
     return run
 
 
@@ -738,8 +752,7 @@ def build_dynamic_quantize_matmul(node):
             raise ValueError(f"{op}: A must be float32, got {a.dtype}")
         scale, zp = ms.dynamic_quantization(a)
         qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
-        acc = integer_matmul(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b)
-        return (_float_output(op, acc, scale, b_scale, bias, b.shape[-1]),)
+        return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, bias),)
     return run
 
 

@@ -7,10 +7,11 @@ Passes keep graph inputs and outputs (names, dtypes, shapes) as they are and nev
 rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` domain (`onnxjit.contrib`).
 
 Modules, one per pass family: qdq (DequantizeLinear -> Conv -> QuantizeLinear as QLinearConv, at extended and
-above, before constant folding dequantizes the weights), constant_folding, eliminate (Identity/Dropout/no-op
-nodes, dead nodes), cse (duplicate nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add),
-transpose_reshape, activation_fusion (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout
-(channels-last depthwise convolutions, at LAYOUT).
+above, before constant folding dequantizes the weights), matmul_integer_to_float (quantize_dynamic's
+MatMulInteger -> Cast -> Mul as com.microsoft MatMulIntegerToFloat, at extended and above),
+constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes), cse (duplicate nodes), conv_folding
+(Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape, activation_fusion (Conv/Gemm/MatMul+activation),
+layer_norm, gelu, attention, layout (channels-last depthwise convolutions, at LAYOUT).
 """
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ BASIC, EXTENDED, LAYOUT = 1, 2, 3  # onnxruntime's ORT_ENABLE_BASIC / _EXTENDED 
 MAX_ROUNDS = 10
 CPU_PROVIDER = "CPUExecutionProvider"
 
-PASS_MODULES = ("qdq", "constant_folding", "eliminate", "cse", "conv_folding", "gemm_fusion", "transpose_reshape",
-                "activation_fusion", "layer_norm", "gelu", "attention", "layout")
+PASS_MODULES = ("qdq", "matmul_integer_to_float", "constant_folding", "eliminate", "cse", "conv_folding",
+                "gemm_fusion", "transpose_reshape", "activation_fusion", "layer_norm", "gelu", "attention", "layout")
 
 
 @dataclass

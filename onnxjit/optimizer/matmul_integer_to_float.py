@@ -1,0 +1,103 @@
+"""MatMulInteger -> Cast -> Mul by the scales' product -> com.microsoft MatMulIntegerToFloat: what
+onnxruntime.quantization.quantize_dynamic writes for each MatMul (ORT_ENABLE_EXTENDED and above, CPU provider
+first), as onnxruntime's MatMulIntegerToFloat fusion rewrites it.
+
+quantize_dynamic quantizes each MatMul's input at run time (DynamicQuantizeLinear) and its constant weights once,
+multiplies them as integers, and turns the int32 product back into float: Cast to float, then Mul by
+`a_scale * b_scale` (a Mul of the input's scale and the weights', per tensor or per column). MatMulIntegerToFloat
+takes both scales and scales the product in the integer GEMM's epilogue (ops/quantize.py), so the int32 product is
+never written out and read back by two more steps: float32(product) * float32(a_scale * b_scale), the same
+rounding as the Cast and the Mul. Taken where the MatMulInteger's only reader is a Cast to float, the Cast's only
+reader a Mul by a value made by a Mul of two float32 scales, one of them a single value and the other a single
+value or one per column of B; neither intermediate may be a graph output or read by a subgraph. A bias Add after
+the Mul stays where it is (the fuser takes it into the elementwise kernel after it; folded into
+MatMulIntegerToFloat, as numpy's addition after the GEMM, it made quantized MiniLM 11.8 -> 13.4 ms).
+"""
+from __future__ import annotations
+
+from onnx import TensorProto
+
+from onnxjit.ir.graph import Graph, Node, Value
+from onnxjit.ir.types import TensorType
+from onnxjit.optimizer import CPU_PROVIDER, EXTENDED, PassContext, graph_pass
+from onnxjit.optimizer.pattern import attr_value, fresh_name, is_op, only_consumer, remove_dead_producers
+
+MS_DOMAIN = "com.microsoft"
+
+
+def _size(v: Value) -> int | None:
+    """The number of values of a float32 tensor of static shape, else None."""
+    t = v.type
+    if not isinstance(t, TensorType) or t.elem_type != TensorProto.FLOAT or t.shape is None \
+            or not all(isinstance(d, int) for d in t.shape):
+        return None
+    size = 1
+    for d in t.shape:
+        size *= d
+    return size
+
+
+def _scales(scale_product: Value, columns: int | None) -> tuple[Value, Value] | None:
+    """(A's scale, B's scale) whose product `scale_product` is (a Mul of them): A's a single value, B's a single
+    value or one per column of B (`columns`, where known)."""
+    mul = scale_product.producer
+    if not is_op(mul, "Mul", 2) or any(v is None for v in mul.inputs):
+        return None
+    first, second = mul.inputs
+    sizes = _size(first), _size(second)
+    if None in sizes:
+        return None
+    if sizes[0] == 1 and (sizes[1] == 1 or sizes[1] == columns):
+        return first, second
+    if sizes[1] == 1 and sizes[0] == columns:
+        return second, first
+    return None
+
+
+def _match(matmul: Node, graph: Graph) -> tuple[Node, Node, Value, Value] | None:
+    """(the Cast, the Mul, A's scale, B's scale) of a MatMulInteger that becomes MatMulIntegerToFloat, or None."""
+    if not is_op(matmul, "MatMulInteger") or not 2 <= len(matmul.inputs) <= 4:
+        return None
+    cast = only_consumer(matmul.outputs[0], graph)
+    if not is_op(cast, "Cast", 1) or attr_value(cast, "to", 0) != TensorProto.FLOAT:
+        return None
+    mul = only_consumer(cast.outputs[0], graph)
+    if not is_op(mul, "Mul", 2):
+        return None
+    other = mul.inputs[1] if mul.inputs[0] is cast.outputs[0] else mul.inputs[0]
+    if other is None or other is cast.outputs[0]:
+        return None
+    b_type = matmul.inputs[1].type
+    columns = b_type.shape[-1] if isinstance(b_type, TensorType) and b_type.shape and \
+        isinstance(b_type.shape[-1], int) else None
+    scales = _scales(other, columns)
+    if scales is None:
+        return None
+    return cast, mul, scales[0], scales[1]
+
+
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
+def fuse_matmul_integer_to_float(graph: Graph, ctx: PassContext) -> int:
+    fused = 0
+    for matmul in list(graph.nodes):
+        found = _match(matmul, graph) if matmul.graph is graph else None
+        if found is None:
+            continue
+        cast, mul, a_scale, b_scale = found
+        a, b = matmul.inputs[0], matmul.inputs[1]
+        a_zp = matmul.inputs[2] if len(matmul.inputs) > 2 else None
+        b_zp = matmul.inputs[3] if len(matmul.inputs) > 3 else None
+        ctx.use_domain(MS_DOMAIN, 1)
+        inputs = [a, b, a_scale, b_scale, a_zp, b_zp]
+        while inputs[-1] is None:  # (absent zero points at the end)
+            inputs.pop()
+        node = Node("MatMulIntegerToFloat", inputs, [mul.outputs[0]], domain=MS_DOMAIN,
+                    name=mul.name or fresh_name(graph, "MatMulIntegerToFloat"), opset=1)
+        graph.insert_before(matmul, node)
+        read = [v for v in mul.inputs if v is not None]
+        graph.remove(mul)
+        graph.remove(cast)
+        graph.remove(matmul)
+        remove_dead_producers(graph, read)  # the scales' Mul where nothing else reads it
+        fused += 1
+    return fused
