@@ -847,13 +847,21 @@ def pool_attributes(node, max_rank: int):
 
 def _pool_builder(kind):
     def build(node):
-        if len(node.inputs) != 1 or float_type(node, (0,)) is None:
+        if len(node.inputs) != 1:
+            return None
+        if float_type(node, (0,)) is None and not (kind == "max" and _eight_bit_max_pool(node)):
             return None
         if kind == "max" and (wanted_outputs(node) != 1 or int(attr(node, "storage_order", 0)) != 0):
             return None  # the Indices output (and column-major indices) are left to the fallback
         attrs = pool_attributes(node, 3)
         return None if attrs is None else pool_runner(kind == "max", attrs)
     return build
+
+
+def _eight_bit_max_pool(node) -> bool:
+    """MaxPool-12 and later over int8 / uint8 (what QOperator-format quantized models keep between QLinearConvs)."""
+    t = input_tensor_types(node)[0]
+    return node.opset >= 12 and t is not None and t.elem_type in (TensorProto.INT8, TensorProto.UINT8)
 
 
 def pool_runner(is_max: bool, attrs):
@@ -906,7 +914,8 @@ def pool_runner(is_max: bool, attrs):
             site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
             return (y.reshape(shape),)
         y = np.empty(ys, dtype=x.dtype) if out is None else out.reshape(ys)
-        pad_value = x.dtype.type(np.finfo(x.dtype).min if is_max else 0)
+        lowest = (np.finfo if x.dtype.kind == "f" else np.iinfo)(x.dtype).min
+        pad_value = x.dtype.type(lowest if is_max else 0)
         site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
         return (y.reshape(shape),)
     run.writes_into = True  # as Conv's
