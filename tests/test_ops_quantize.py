@@ -537,6 +537,43 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul():
     _check_both(_ms_model("DynamicQuantizeMatMul", inputs, TP.FLOAT), {"a": af})
 
 
+@pytest.mark.parametrize("a_type", [np.uint8, np.int8])
+def test_products_with_constant_b_prepared_per_shape_follow_each_run(a_type):
+    """MatMulInteger and MatMulIntegerToFloat with a constant B (prepared once per A's shape: ConstantBProducts)
+    give onnxruntime's outputs run after run as A, its zero point and its scale change, for 2-D and 3-D A of
+    several shapes in one session, B's zero point per column."""
+    rng = _rng()
+    b = _ints(np.int8, (40, 24), rng)
+    zb = _ints(np.int8, (24,), rng)
+    info = np.iinfo(a_type)
+    shape_a = ["N", "M", 40]
+    for op, out_type in (("MatMulInteger", TP.INT32), ("MatMulIntegerToFloat", TP.FLOAT)):
+        if op == "MatMulInteger":
+            names, inits = ["a", "b", "za", "zb"], [numpy_helper.from_array(b, "b"), numpy_helper.from_array(zb, "zb")]
+            ins = [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), shape_a),
+                   helper.make_tensor_value_info("za", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), [])]
+        else:
+            names = ["a", "b", "sa", "sb", "za", "zb"]
+            inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(zb, "zb"),
+                     numpy_helper.from_array(rng.uniform(0.01, 0.02, 24).astype(np.float32), "sb")]
+            ins = [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), shape_a),
+                   helper.make_tensor_value_info("sa", TP.FLOAT, []),
+                   helper.make_tensor_value_info("za", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), [])]
+        graph = helper.make_graph([helper.make_node(op, names, ["y"], domain="" if op == "MatMulInteger" else MS)],
+                                  "g", ins, [helper.make_tensor_value_info("y", out_type, None)], initializer=inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid(MS, 1)],
+                                  ir_version=10)
+        sess = native_session(model)
+        for shape in ((1, 37, 40), (2, 5, 40), (1, 37, 40), (3, 1, 40)):
+            feeds = {"a": rng.integers(info.min, info.max + 1, shape).astype(a_type),
+                     "za": np.array(rng.integers(info.min, info.max + 1), a_type)}
+            if op != "MatMulInteger":
+                feeds["sa"] = np.array(rng.uniform(0.01, 0.1), np.float32)
+            got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+
+
 def test_contrib_bad_inputs_name_the_op():
     a = np.zeros((2, 3), np.uint8)
     inputs = [("a", a, False), ("sa", np.ones(2, np.float32), False), ("za", np.array(0, np.uint8), True),
