@@ -100,36 +100,30 @@ def tile_zero(typingctx, reg):
     return types.none(reg), codegen
 
 
-@intrinsic
-def tile_load(typingctx, reg, arr, index, stride):
-    """tileloadd: tile `reg` from arr's flat element `index` on, its rows `stride` bytes apart."""
-    if not (_literals(reg) and isinstance(arr, types.Array) and arr.layout == "C"):
-        return None
-    r = reg.literal_value
+def _tile_memory(name: str, template: str, doc: str):
+    """An intrinsic (reg, arr, index, stride) running `template` (its tile register as {r}; $0 the address of arr's
+    flat element `index`, $1 the stride in bytes between rows)."""
+    def typer(typingctx, reg, arr, index, stride):
+        if not (_literals(reg) and isinstance(arr, types.Array) and arr.layout == "C"):
+            return None
+        text = template.format(r=reg.literal_value)
 
-    def codegen(context, builder, sig, args):
-        p = _byte_pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
-        s = context.cast(builder, args[3], sig.args[3], types.int64)
-        _asm(builder, f"tileloadd ($0,$1,1), %tmm{r}", "r,r,~{memory}", [p, s], [p.type, ir.IntType(64)])
-        return context.get_dummy_value()
+        def codegen(context, builder, sig, args):
+            p = _byte_pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
+            s = context.cast(builder, args[3], sig.args[3], types.int64)
+            _asm(builder, text, "r,r,~{memory}", [p, s], [p.type, ir.IntType(64)])
+            return context.get_dummy_value()
 
-    return types.none(reg, arr, index, stride), codegen
+        return types.none(reg, arr, index, stride), codegen
+    typer.__name__ = typer.__qualname__ = name
+    typer.__doc__ = doc
+    return intrinsic(typer)
 
 
-@intrinsic
-def tile_store(typingctx, reg, arr, index, stride):
-    """tilestored: tile `reg` to arr from its flat element `index` on, rows `stride` bytes apart."""
-    if not (_literals(reg) and isinstance(arr, types.Array) and arr.layout == "C"):
-        return None
-    r = reg.literal_value
-
-    def codegen(context, builder, sig, args):
-        p = _byte_pointer(context, builder, sig.args[1], args[1], args[2], sig.args[2])
-        s = context.cast(builder, args[3], sig.args[3], types.int64)
-        _asm(builder, f"tilestored %tmm{r}, ($0,$1,1)", "r,r,~{memory}", [p, s], [p.type, ir.IntType(64)])
-        return context.get_dummy_value()
-
-    return types.none(reg, arr, index, stride), codegen
+tile_load = _tile_memory("tile_load", "tileloadd ($0,$1,1), %tmm{r}",
+                         "tileloadd: tile `reg` from arr's flat element `index` on, its rows `stride` bytes apart.")
+tile_store = _tile_memory("tile_store", "tilestored %tmm{r}, ($0,$1,1)",
+                          "tilestored: tile `reg` to arr from its flat element `index` on, rows `stride` bytes apart.")
 
 
 @intrinsic
