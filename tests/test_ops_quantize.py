@@ -702,7 +702,9 @@ def test_lazily_imported_op_modules_register_what_the_table_says():
 
 
 @pytest.mark.skipif(not kq.HAS_AMX_GEMM, reason="needs AMX tiles (Intel Sapphire Rapids or later, granted by the OS)")
-@pytest.mark.parametrize("m,k,n,batches", [(1, 5, 3, 1), (37, 70, 45, 2), (64, 128, 64, 1), (33, 200, 97, 3)])
+@pytest.mark.parametrize("m,k,n,batches", [(1, 5, 3, 1), (37, 70, 45, 2), (64, 128, 64, 1), (33, 200, 97, 3),
+                                           (40, 1100, 70, 2), (300, 600, 300, 1)])
+# (40 x 1100: K in 3 blocks, the last partial; 300 x 600 x 300: 100 units, run in two chunks)
 @pytest.mark.parametrize("a_type", [np.uint8, np.int8])
 def test_amx_tiles_give_the_register_kernels_results(m, k, n, batches, a_type):
     """igemm_amx (tdpbusd over 16 x 64-byte tiles) and igemm (vpdpbusd) over the same operands, padded as AMX

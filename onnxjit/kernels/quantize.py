@@ -58,6 +58,8 @@ DOT_TYPES = (np.uint8, np.int8, 4) if HAS_VNNI else (np.int16, np.int16, 2)
 # 16-column tiles
 HAS_AMX_GEMM = amx.HAS_AMX and HAS_VNNI and IW == amx.ROWS
 AMX_ROWS = 2 * amx.ROWS  # rows of A per igemm_amx unit (two tiles)
+AMX_K_STEPS = 8  # steps of 64 K values per K block of igemm_amx: a unit's A block and B panel 16 KB each
+AMX_CHUNK_UNITS = 64  # units a K block runs over before the next (their sums: 4 KB each)
 # what the operands' K is padded to (with zeros) and, for A, its rows: whole tiles for AMX, whole words otherwise
 K_ALIGN = amx.ROW_BYTES if HAS_AMX_GEMM else DOT_TYPES[2]
 M_ALIGN = AMX_ROWS if HAS_AMX_GEMM else 1
@@ -538,23 +540,42 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
                      mult_c, requant, zy, lo, hi, out)
 
 
+@njit(cache=True, nogil=True, forceinline=True)
+def _amx_unit(u, panels, row_blocks, panels_fastest):
+    """(row block, panel, batch) of igemm_amx's unit u."""
+    if panels_fastest:
+        rest = u // panels
+        return rest % row_blocks, u % panels, rest // row_blocks
+    rest = u // row_blocks
+    return u % row_blocks, rest % panels, rest // panels
+
+
 @njit(cache=True, nogil=True)
 def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi, out, u0, u1):
     """igemm on AMX tiles, over units [u0, u1) of (batch, panel, block of AMX_ROWS rows): per unit four 16 x 16
     int32 tiles (two row tiles of A by B's panel as two 16-column tiles) summed over K in steps of 64 by tdpbusd,
-    stored to a scratch tile, then igemm's epilogue. a (Ba, M', Kp) with M' a multiple of AMX_ROWS and Kp of 64
-    (zero rows and columns past the real ones), bp as igemm's with that Kp; the rest as igemm's. About 5x igemm's
-    speed on one Sapphire Rapids core for a 128 x 384 x 1536 product."""
+    then igemm's epilogue. a (Ba, M', Kp) with M' a multiple of AMX_ROWS and Kp of 64 (zero rows and columns past
+    the real ones), bp as igemm's with that Kp; the rest as igemm's. About 5x igemm's speed on one Sapphire Rapids
+    core for a 128 x 384 x 384 product.
+
+    K is cut into blocks of AMX_K_STEPS steps: once a unit's block of A and panel of B passed 48 KB together (K
+    above ~512), they no longer stayed in L1 between the units sharing them and the tiles ran at a third of their
+    speed (128 x 1536 @ 1536 x 384). Each block runs over a chunk of units, their sums kept in memory between
+    blocks."""
     m, n = out.shape[1], out.shape[2]
     mp, kp = a.shape[1], a.shape[2]
     panels = bp.shape[1]
     row_blocks = (m + AMX_ROWS - 1) // AMX_ROWS
     af = a.reshape(-1)
     bf = bp.reshape(-1)
-    tile = np.empty(AMX_ROWS * NR, np.int32)
     zbf, ctf, mcf, of = zb.reshape(-1), colterm.reshape(-1), mult_c.reshape(-1), out.reshape(-1)
     word_row = NR * 4  # bytes of a panel's row of words (4 K values for each of its NR columns)
     steps = kp // amx.ROW_BYTES
+    k_blocks = max(1, (steps + AMX_K_STEPS - 1) // AMX_K_STEPS)  # (K = 0: one block of no steps, sums of 0)
+    chunk = AMX_CHUNK_UNITS if k_blocks > 1 else 1
+    tile_size = AMX_ROWS * NR
+    sums = np.empty(chunk * tile_size, np.int32)  # each unit's sums of the chunk, between K blocks
+    tile = np.empty(tile_size, np.int32)
     cfg = np.zeros(64, np.uint8)  # palette 1, eight tiles of 16 rows of 64 bytes
     cfg[0] = 1
     for t in range(8):
@@ -565,57 +586,65 @@ def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
     # (128 x 384 x 1536: 38 us with A's block kept, 106 with B's panel; 512 x 256 x 256: 24 against 48 the other
     # way round)
     panels_fastest = panels >= row_blocks
-    for u in range(u0, u1):
-        if panels_fastest:
-            panel = u % panels
-            rest = u // panels
-            rb = rest % row_blocks
-            b = rest // row_blocks
-        else:
-            rb = u % row_blocks
-            rest = u // row_blocks
-            panel = rest % panels
-            b = rest // panels
-        r0 = rb * AMX_ROWS
-        a0 = ((b % a.shape[0]) * mp + r0) * kp
-        pb = ((b % bp.shape[0]) * panels + panel) * bp.shape[2]
-        tile_zero(0)
-        tile_zero(1)
-        tile_zero(2)
-        tile_zero(3)
-        for q in range(steps):
-            tile_load(4, af, a0 + q * amx.ROW_BYTES, kp)
-            tile_load(5, af, a0 + amx.ROWS * kp + q * amx.ROW_BYTES, kp)
-            tile_load(6, bf, pb + q * amx.ROWS * word_row, word_row)
-            tile_load(7, bf, pb + q * amx.ROWS * word_row + amx.ROW_BYTES, word_row)
-            tile_dot_u8s8(0, 4, 6)
-            tile_dot_u8s8(1, 4, 7)
-            tile_dot_u8s8(2, 5, 6)
-            tile_dot_u8s8(3, 5, 7)
-        tile_store(0, tile, 0, word_row)
-        tile_store(1, tile, amx.ROWS, word_row)
-        tile_store(2, tile, amx.ROWS * NR, word_row)
-        tile_store(3, tile, amx.ROWS * NR + amx.ROWS, word_row)
-        rows = min(AMX_ROWS, m - r0)
-        n0 = panel * NR
-        if n0 + NR > n:  # the last panel's columns past N: the scalar epilogue
-            _finish_tile(tile, b, r0, rows, n0, n - n0, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
-                         lo, hi, out)
-            continue
-        jz = (b % zb.shape[0]) * n + n0
-        jc = (b % colterm.shape[0]) * n + n0
-        jm = (b % mult_c.shape[0]) * n + n0
-        o = (b * m + r0) * n + n0
-        # the per-row arrays' rows for this batch, once per unit (four divisions a row cost as much as its dots)
-        rs_b, za_b = rowsum[b % rowsum.shape[0]], za[b % za.shape[0]]
-        bias_b, mr_b = bias[b % bias.shape[0]], mult_r[b % mult_r.shape[0]]
-        for r in range(rows):
-            mm = r0 + r
-            rs, zam, extra, mr = rs_b[mm], za_b[mm], bias_b[mm], mr_b[mm]
-            finish_lanes(vload_i32(tile, r * NR), zbf, jz, ctf, jc, mcf, jm, rs, zam, extra, mr, requant, zy, lo, hi,
-                         of, o + r * n)
-            finish_lanes(vload_i32(tile, r * NR + IW), zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, rs, zam, extra, mr,
-                         requant, zy, lo, hi, of, o + r * n + IW)
+    for c0 in range(u0, u1, chunk):
+        c1 = min(u1, c0 + chunk)
+        for kb in range(k_blocks):
+            q0 = kb * AMX_K_STEPS
+            q1 = min(steps, q0 + AMX_K_STEPS)
+            for u in range(c0, c1):
+                rb, panel, b = _amx_unit(u, panels, row_blocks, panels_fastest)
+                r0 = rb * AMX_ROWS
+                a0 = ((b % a.shape[0]) * mp + r0) * kp
+                pb = ((b % bp.shape[0]) * panels + panel) * bp.shape[2]
+                t0 = (u - c0) * tile_size
+                if kb == 0:
+                    tile_zero(0)
+                    tile_zero(1)
+                    tile_zero(2)
+                    tile_zero(3)
+                else:
+                    tile_load(0, sums, t0, word_row)
+                    tile_load(1, sums, t0 + amx.ROWS, word_row)
+                    tile_load(2, sums, t0 + amx.ROWS * NR, word_row)
+                    tile_load(3, sums, t0 + amx.ROWS * NR + amx.ROWS, word_row)
+                for q in range(q0, q1):
+                    tile_load(4, af, a0 + q * amx.ROW_BYTES, kp)
+                    tile_load(5, af, a0 + amx.ROWS * kp + q * amx.ROW_BYTES, kp)
+                    tile_load(6, bf, pb + q * amx.ROWS * word_row, word_row)
+                    tile_load(7, bf, pb + q * amx.ROWS * word_row + amx.ROW_BYTES, word_row)
+                    tile_dot_u8s8(0, 4, 6)
+                    tile_dot_u8s8(1, 4, 7)
+                    tile_dot_u8s8(2, 5, 6)
+                    tile_dot_u8s8(3, 5, 7)
+                tile_store(0, sums, t0, word_row)
+                tile_store(1, sums, t0 + amx.ROWS, word_row)
+                tile_store(2, sums, t0 + amx.ROWS * NR, word_row)
+                tile_store(3, sums, t0 + amx.ROWS * NR + amx.ROWS, word_row)
+                if kb < k_blocks - 1:
+                    continue
+                rows = min(AMX_ROWS, m - r0)
+                n0 = panel * NR
+                if n0 + NR > n:  # the last panel's columns past N: the scalar epilogue
+                    tile[:] = sums[t0:t0 + tile_size]
+                    _finish_tile(tile, b, r0, rows, n0, n - n0, za, rowsum, zb, colterm, bias, mult_r, mult_c,
+                                 requant, zy, lo, hi, out)
+                    continue
+                jz = (b % zb.shape[0]) * n + n0
+                jc = (b % colterm.shape[0]) * n + n0
+                jm = (b % mult_c.shape[0]) * n + n0
+                o = (b * m + r0) * n + n0
+                # the per-row arrays' rows for this batch, once per unit (four divisions a row cost as much as its
+                # dots)
+                rs_b, za_b = rowsum[b % rowsum.shape[0]], za[b % za.shape[0]]
+                bias_b, mr_b = bias[b % bias.shape[0]], mult_r[b % mult_r.shape[0]]
+                for r in range(rows):
+                    mm = r0 + r
+                    rs, zam, extra, mr = rs_b[mm], za_b[mm], bias_b[mm], mr_b[mm]
+                    t = t0 + r * NR
+                    finish_lanes(vload_i32(sums, t), zbf, jz, ctf, jc, mcf, jm, rs, zam, extra, mr, requant, zy, lo,
+                                 hi, of, o + r * n)
+                    finish_lanes(vload_i32(sums, t + IW), zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, rs, zam, extra,
+                                 mr, requant, zy, lo, hi, of, o + r * n + IW)
     tile_release()
 
 
