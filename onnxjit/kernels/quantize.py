@@ -648,6 +648,10 @@ def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
     tile_release()
 
 
+# the integer GEMM the ops run, and the rows of A one of its units covers
+IGEMM, IGEMM_ROWS = (igemm_amx, AMX_ROWS) if HAS_AMX_GEMM else (igemm, MR)
+
+
 def _writes_float(out) -> bool:
     """Whether `out` is a float array (a constant where the kernels are compiled)."""
     return out.dtype.kind == "f"

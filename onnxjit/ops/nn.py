@@ -107,6 +107,15 @@ def constant_input(node, i):
     return v.const
 
 
+def is_constant(b, c) -> bool:
+    """Whether b is the constant c: the array itself, or a view of all of it (the provider may hand kernels
+    read-only views of the initializers, new objects over the same memory); both None counts as the same."""
+    if b is c:
+        return True
+    return b is not None and c is not None and b.shape == c.shape and b.strides == c.strides and \
+        b.dtype == c.dtype and b.ctypes.data == c.ctypes.data
+
+
 class ConstantDerived:
     """An array derived from a node's constant input (a transposed or transformed weight): made once for the
     constant, and anew for any other value (a fed array may be written in place between runs)."""
@@ -117,11 +126,8 @@ class ConstantDerived:
         self.value = None
 
     def holds(self, b) -> bool:
-        """Whether b is the constant: the array itself, or a view of all of it (the provider may hand kernels
-        read-only views of the initializers, new objects over the same memory)."""
-        c = self.const
-        return c is not None and (b is c or (b.shape == c.shape and b.strides == c.strides and b.dtype == c.dtype
-                                             and b.ctypes.data == c.ctypes.data))
+        """Whether b is the constant (see is_constant)."""
+        return self.const is not None and is_constant(b, self.const)
 
     def of(self, b):
         if not self.holds(b):

@@ -44,8 +44,9 @@ from onnxjit.contrib.microsoft import quantized as ms
 from onnxjit.ir.types import TensorType, elem_type_of, np_dtype
 from onnxjit.kernels import quantize as kq
 from onnxjit.ops.cast import FLOAT8
-from onnxjit.ops.nn import (AUTO_PADS, ConstantDerived, pad3, pool_attributes, pool_runner, shape5_of, constant_input,
-                            conv_attributes, conv_geometry, conv_kernel_of, rank_of, ro, wanted_outputs)
+from onnxjit.ops.nn import (AUTO_PADS, ConstantDerived, constant_input, conv_attributes, conv_geometry,
+                            conv_kernel_of, is_constant, pad3, pool_attributes, pool_runner, rank_of, ro, shape5_of,
+                            wanted_outputs)
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.worker_pool import CallSite, run_units
 
@@ -331,9 +332,8 @@ def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None
     bias = np.zeros((1, m), np.int32) if bias is None else bias
     mult_r = np.ones((1, m), np.float32) if mult_r is None else mult_r
     mult_c = np.ones((1, n), np.float32) if mult_c is None else mult_c
-    gemm, rows = (kq.igemm_amx, kq.AMX_ROWS) if kq.HAS_AMX_GEMM else (kq.igemm, kq.MR)
-    units = nb * bp.shape[1] * -(-m // rows)
-    run_units(gemm, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
+    units = nb * bp.shape[1] * -(-m // kq.IGEMM_ROWS)
+    run_units(kq.IGEMM, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
                          ro(np.asarray(mult_r, np.float32)), ro(np.asarray(mult_c, np.float32)), requant, int(zy), lo,
                          hi, out), units, nb * m * n * at.shape[2])
     return out
@@ -425,14 +425,6 @@ def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, 
     return out.reshape(out_shape)
 
 
-def _is_constant(x, c) -> bool:
-    """Whether x is the constant c (both absent, the array itself, or a view of all of it: see ConstantDerived)."""
-    if x is c:
-        return True
-    return x is not None and c is not None and x.shape == c.shape and x.dtype == c.dtype and \
-        x.strides == c.strides and x.ctypes.data == c.ctypes.data
-
-
 class ConstantBProducts:
     """integer_matmul for a node whose B and B's zero point (and scale) are constants, prepared per A's shape and
     dtype: B's packing, its zero-point terms, the multipliers and the kernel's CallSite made once, so that a run
@@ -441,14 +433,15 @@ class ConstantBProducts:
     onnxruntime's 46 for the node, the kernel ~25). Other cases (a per-row zero point of A, batched B) return None:
     the caller runs integer_matmul."""
 
-    def __init__(self, op, b, zb, b_scale=None):
-        self.op, self.b, self.zb, self.b_scale = op, b, zb, b_scale
+    def __init__(self, op, packed_b: ConstantDerived, zb, b_scale=None):
+        """packed_b: the node's ConstantDerived packing its constant B (shared with its integer_matmul calls)."""
+        self.op, self.packed_b, self.b, self.zb, self.b_scale = op, packed_b, packed_b.const, zb, b_scale
         self.calls: dict = {}
 
     def holds(self, b, zb, b_scale=None) -> bool:
         """Whether the run's B, zero point and scale are the node's constants (2-D B)."""
-        return self.b is not None and self.b.ndim == 2 and _is_constant(b, self.b) and _is_constant(zb, self.zb) \
-            and _is_constant(b_scale, self.b_scale)
+        return self.b is not None and self.b.ndim == 2 and is_constant(b, self.b) and is_constant(zb, self.zb) \
+            and is_constant(b_scale, self.b_scale)
 
     def run(self, a, za, a_scale=None):
         """The product for A (its zero point `za` one value; `a_scale` with a float output), or None."""
@@ -473,10 +466,10 @@ class ConstantBProducts:
     def _prepare(self, a, int_output):
         op, b = self.op, self.b
         ms.check_8bit(op, A=a, B=b)
-        a3, b3, batch, out_shape = _batched(op, a, b)
-        m, k, n = a3.shape[0] * a3.shape[1], b.shape[0], b.shape[1]
+        _batched(op, a, b)  # (its checks: A's K is B's)
+        m, k, n = math.prod(a.shape[:-1]), b.shape[0], b.shape[1]
         zb = _points(op, "the zero point of B", 0 if self.zb is None else self.zb, (), m, n, False)
-        bp, colsum, b_off = _as_matrices(b)
+        bp, colsum, b_off = self.packed_b.of(b)
         zb_t = zb.astype(np.int64) - b_off
         mult_c = np.ones((1, n), np.float32)
         if not int_output:
@@ -484,12 +477,11 @@ class ConstantBProducts:
                 raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({n}), got shape "
                                  f"{np.shape(self.b_scale)}")
             mult_c = _points(op, "b_scale", np.asarray(self.b_scale, np.float32).reshape(-1), (), m, n, False)
-        gemm, rows = (kq.igemm_amx, kq.AMX_ROWS) if kq.HAS_AMX_GEMM else (kq.igemm, kq.MR)
         kp = bp.shape[2] // kq.NR
         rest = (bp, ro(zb_t.astype(np.int32)), ro((colsum - k * zb_t).astype(np.int32)), ro(np.zeros((1, m), np.int32)),
                 ro(np.ones((1, m), np.float32)), ro(np.ascontiguousarray(mult_c, np.float32)))
-        units = bp.shape[1] * -(-m // rows)
-        return (CallSite(gemm), rest, units, m * n * kp, m, kp, np.int32 if int_output else np.float32,
+        units = bp.shape[1] * -(-m // kq.IGEMM_ROWS)
+        return (CallSite(kq.IGEMM), rest, units, m * n * kp, m, kp, np.int32 if int_output else np.float32,
                 tuple(a.shape[:-1]) + (n,), _a_offset(a.dtype))
 
 
@@ -512,7 +504,7 @@ def build_matmul_integer(node):
         return None
     packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
     zb_const = constant_input(node, 3) if _present(node, 3) else None
-    prepared = ConstantBProducts("MatMulInteger", constant_input(node, 1), zb_const)
+    prepared = ConstantBProducts("MatMulInteger", packed_b, zb_const)
 
     def run(a, b, za=None, zb=None):
         if prepared.holds(b, zb):
@@ -804,7 +796,7 @@ def build_matmul_integer_to_float(node):
             or not _same_elem(node, ((0, 4), (1, 5))):
         return None  # (float16 scales: left to the reference)
     packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
-    prepared = ConstantBProducts("MatMulIntegerToFloat", constant_input(node, 1),
+    prepared = ConstantBProducts("MatMulIntegerToFloat", packed_b,
                                  constant_input(node, 5) if _present(node, 5) else None, constant_input(node, 3))
 
     def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
