@@ -1,6 +1,6 @@
-"""DequantizeLinear -> Conv -> QuantizeLinear as QLinearConv (onnxjit/optimizer/qdq.py): rewritten where every
-precondition holds, at the extended level and above, and not otherwise; outputs equal onnxruntime's, which
-rewrites these convolutions the same way."""
+"""QDQ node groups as integer ops (onnxjit/optimizer/qdq.py): DequantizeLinear -> Conv / MatMul / Softmax / Add /
+Transpose ... -> QuantizeLinear rewritten where every precondition holds, at the extended level and above, and not
+otherwise: the groups onnxruntime rewrites (its optimized model's ops are compared), with outputs equal to its."""
 from __future__ import annotations
 
 import numpy as np
@@ -19,10 +19,11 @@ def _init(name, arr):
 
 
 def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias_scale=None, between=(),
-                   convs=1, extra_outputs=(), cin=8, cout=16, seed=0, y_zp_offset=90, opset=13):
+                   convs=1, extra_outputs=(), cin=8, cout=16, seed=0, y_zp_offset=90, opset=13, float_ends=False):
     """x (quantized) -> DQ -> Conv 3x3 (W and B from DQs of constants) [-> `between` nodes: op types, or (op type,
     its extra constant inputs)] -> Q -> y, `convs` Convs reading the one DQ of x (outputs y0, y1, ...); Y's zero
-    point is the type's lowest value plus `y_zp_offset`."""
+    point is the type's lowest value plus `y_zp_offset`. With `float_ends` x is float, quantized by a Q first, and
+    each y is dequantized (as quantize_static writes a model)."""
     rng = np.random.default_rng(seed)
     x_dtype = np.uint8 if x_type == U8 else np.int8
     info = np.iinfo(x_dtype)
@@ -33,7 +34,8 @@ def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias
     inits = [_init("w_q", w), _init("w_scale", w_scale), _init("w_zp", w_zp), _init("x_scale", x_scale),
              _init("x_zp", x_zp), _init("y_scale", np.float32(0.03)),
              _init("y_zp", np.array(info.min + y_zp_offset, x_dtype))]
-    nodes = [helper.make_node("DequantizeLinear", ["x", "x_scale", "x_zp"], ["xf"]),
+    nodes = [helper.make_node("QuantizeLinear", ["x_float", "x_scale", "x_zp"], ["x"])] if float_ends else []
+    nodes += [helper.make_node("DequantizeLinear", ["x", "x_scale", "x_zp"], ["xf"]),
              helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zp"], ["wf"], axis=0)]
     conv_inputs = ["xf", "wf"]
     if bias:
@@ -53,10 +55,17 @@ def qdq_conv_model(x_type=U8, w_dtype=np.int8, per_channel=True, bias=True, bias
             nodes.append(helper.make_node(op, [last, *names], [f"{op.lower()}{k}_{j}"]))
             last = f"{op.lower()}{k}_{j}"
         nodes.append(helper.make_node("QuantizeLinear", [last, "y_scale", "y_zp"], [f"y{k}"]))
-        outputs.append(tensor(f"y{k}", x_type, None))
+        if float_ends:
+            nodes.append(helper.make_node("DequantizeLinear", [f"y{k}", "y_scale", "y_zp"], [f"y{k}_float"]))
+        outputs.append(tensor(f"y{k}_float", TensorProto.FLOAT, None) if float_ends else tensor(f"y{k}", x_type, None))
     outputs += [tensor(n, TensorProto.FLOAT, None) for n in extra_outputs]
-    model = make_model(nodes, [tensor("x", x_type, [2, cin, 7, 9])], outputs, opset=opset, initializers=inits)
-    feeds = {"x": rng.integers(info.min, info.max, (2, cin, 7, 9), endpoint=True).astype(x_dtype)}
+    x = rng.integers(info.min, info.max, (2, cin, 7, 9), endpoint=True).astype(x_dtype)
+    if float_ends:
+        feeds = {"x_float": ((x.astype(np.float32) - x_zp) * x_scale).astype(np.float32)}
+        x_in = tensor("x_float", TensorProto.FLOAT, [2, cin, 7, 9])
+    else:
+        feeds, x_in = {"x": x}, tensor("x", x_type, [2, cin, 7, 9])
+    model = make_model(nodes, [x_in], outputs, opset=opset, initializers=inits)
     return model, feeds
 
 
@@ -71,15 +80,57 @@ def _ops(sess):
     return {op: n for op, n in sess.optimization_report.after.items() if n}
 
 
-@pytest.mark.parametrize("x_type,w_dtype,per_channel,bias", [(U8, np.int8, True, True), (U8, np.uint8, False, True),
-                                                              (I8, np.int8, True, False), (U8, np.int8, False, False)])
-def test_qdq_conv_becomes_qlinear_conv_equal_to_onnxruntime(x_type, w_dtype, per_channel, bias):
-    model, feeds = qdq_conv_model(x_type, w_dtype, per_channel, bias)
+INTEGER_OPS = ("QLinearConv", "QLinearMatMul", "MatMulIntegerToFloat", "QLinearSoftmax", "QLinearAdd", "QLinearMul",
+               "QLinearSigmoid", "QLinearLeakyRelu", "QLinearAveragePool", "QLinearGlobalAveragePool",
+               "QLinearConcat")
+
+
+def _integer_ops(counts) -> dict:
+    return {op.split("::")[-1]: n for op, n in counts.items() if op.split("::")[-1] in INTEGER_OPS and n}
+
+
+def _onnxruntime_integer_ops(model, tmp_path) -> dict:
+    """The integer ops of the model onnxruntime optimizes `model` into (ORT_ENABLE_EXTENDED)."""
+    import collections
+
+    import onnx
+    import onnxruntime
+    so = onnxruntime.SessionOptions()
+    so.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+    onnxruntime.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _integer_ops(collections.Counter(n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node))
+
+
+def _equal_to_onnxruntime(model, feeds, tmp_path, expected_ops):
+    """onnxjit rewrites `model` into the integer ops `expected_ops`, as onnxruntime does, and their outputs are
+    equal."""
     sess = _session(model)
-    assert _ops(sess) == {"QLinearConv": 1}
-    got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
-    assert got.dtype == want.dtype
-    np.testing.assert_array_equal(got, want)
+    assert _integer_ops(_ops(sess)) == expected_ops == _onnxruntime_integer_ops(model, tmp_path)
+    for got, want in zip(sess.run(None, feeds), ort_run(model, feeds)):
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("x_type,w_dtype,per_channel,bias,float_ends",
+                         [(U8, np.int8, True, True, False), (U8, np.uint8, False, True, False),
+                          (I8, np.int8, True, False, True), (U8, np.int8, False, False, False)])
+def test_qdq_conv_becomes_qlinear_conv_equal_to_onnxruntime(x_type, w_dtype, per_channel, bias, float_ends,
+                                                            tmp_path):
+    model, feeds = qdq_conv_model(x_type, w_dtype, per_channel, bias, float_ends=float_ends)
+    _equal_to_onnxruntime(model, feeds, tmp_path, {"QLinearConv": 1})
+
+
+@pytest.mark.parametrize("case", ["int8 graph input", "int8 read by two convs"])
+def test_int8_activations_onnxruntime_leaves_in_float_on_x86(case, tmp_path):
+    """On x86 onnxruntime's Conv and MatMul groups take uint8 activations; it turns an int8 Q -> DQ pair into uint8
+    only where the Q's one reader is the DQ and the DQ's output has one reader. An int8 graph input, a tensor two
+    Convs read (and the Q output that is a graph output): left in float there (on ARM, rewritten)."""
+    from onnxjit.optimizer.qdq import INT8_ACTIVATIONS
+    kw = {"int8 graph input": {}, "int8 read by two convs": {"convs": 2, "float_ends": True}}[case]
+    model, feeds = qdq_conv_model(I8, np.int8, **kw)
+    convs = kw.get("convs", 1)
+    _equal_to_onnxruntime(model, feeds, tmp_path, {"QLinearConv": convs} if INT8_ACTIVATIONS else {})
 
 
 @pytest.mark.parametrize("between,redundant", [(("Relu",), True), ((("Clip", (np.float32(0), np.float32(8))),), True),
@@ -133,3 +184,86 @@ def test_convs_left_in_float(case):
     got, want = sess.run(None, feeds)[0], ort_run(model, feeds)[0]
     assert got.dtype == want.dtype
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+
+
+class QDQGraph:
+    """A QDQ model written as quantize_static writes one: float inputs quantized, each op between a DequantizeLinear
+    of every input and a QuantizeLinear of its output (per tensor, `dtype`), the last output dequantized."""
+
+    def __init__(self, dtype, seed=0):
+        self.dtype, self.rng = dtype, np.random.default_rng(seed)
+        self.elem = U8 if dtype == np.uint8 else I8
+        self.nodes, self.inits, self.inputs, self.feeds = [], [], [], {}
+
+    def _params(self, name, scale, zp):
+        self.inits += [_init(f"{name}_s", np.float32(scale)), _init(f"{name}_z", np.array(zp, self.dtype))]
+        return [f"{name}_s", f"{name}_z"]
+
+    def input(self, name, shape, scale=0.05):
+        """A float input, quantized: the name of its DequantizeLinear's output."""
+        self.inputs.append(tensor(name, TensorProto.FLOAT, list(shape)))
+        self.feeds[name] = self.rng.uniform(-3, 3, shape).astype(np.float32)
+        return self.quantized(name, scale, 5 if self.dtype == np.int8 else 130)
+
+    def quantized(self, name, scale, zp):
+        p = self._params(name, scale, zp)
+        self.nodes += [helper.make_node("QuantizeLinear", [name] + p, [f"{name}_q"]),
+                       helper.make_node("DequantizeLinear", [f"{name}_q"] + p, [f"{name}_dq"])]
+        return f"{name}_dq"
+
+    def weight(self, name, shape, per_column=False):
+        w = self.rng.integers(-127, 127, shape, endpoint=True).astype(np.int8)
+        scale = self.rng.uniform(0.01, 0.03, shape[-1]) if per_column else np.array(0.02)
+        self.inits += [_init(f"{name}_w", w), _init(f"{name}_ws", scale.astype(np.float32)),
+                       _init(f"{name}_wz", np.zeros(scale.shape, np.int8))]
+        self.nodes.append(helper.make_node("DequantizeLinear", [f"{name}_w", f"{name}_ws", f"{name}_wz"], [name],
+                                           axis=1))
+        return name
+
+    def op(self, op_type, inputs, name, scale=0.05, zp=None, **attrs):
+        """op_type over `inputs`, its output quantized (scale, zp): the name of its DequantizeLinear's output."""
+        self.nodes.append(helper.make_node(op_type, inputs, [name], **attrs))
+        return self.quantized(name, scale, (3 if self.dtype == np.int8 else 128) if zp is None else zp)
+
+    def model(self, outputs):
+        outs = [tensor(n, TensorProto.FLOAT, None) for n in outputs]
+        return make_model(self.nodes, self.inputs, outs, opset=13, initializers=self.inits)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_attention_like_groups_equal_to_onnxruntime(dtype, tmp_path):
+    """MatMul with a constant per-column B and with two activations -> QLinearMatMul, a DQ -> MatMul with no Q ->
+    MatMulIntegerToFloat, Softmax -> QLinearSoftmax, Add -> QLinearAdd, and a Transpose on the quantized tensor:
+    the groups onnxruntime makes, equal outputs."""
+    g = QDQGraph(dtype)
+    x = g.input("x", (2, 4, 8))
+    h = g.op("MatMul", [x, g.weight("w1", (8, 6), per_column=True)], "h", scale=0.3)
+    t = g.op("Transpose", [h], "t", scale=0.3, perm=[0, 2, 1])
+    scores = g.op("MatMul", [t, g.input("k", (2, 4, 5))], "scores", scale=0.4)
+    p = g.op("Softmax", [scores], "p", scale=1 / 256, zp=np.iinfo(dtype).min, axis=-1)
+    out = g.op("Add", [p, g.input("r", (2, 6, 5))], "out", scale=0.05)
+    g.nodes.append(helper.make_node("MatMul", [g.input("x2", (3, 8)), g.weight("w2", (8, 4))], ["y2"]))
+    model = g.model([out, "y2"])
+    _equal_to_onnxruntime(model, g.feeds, tmp_path, {"QLinearMatMul": 2, "MatMulIntegerToFloat": 1,
+                                                     "QLinearSoftmax": 1, "QLinearAdd": 1})
+    assert "Transpose" in _ops(_session(model))
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_image_like_groups_equal_to_onnxruntime(dtype, tmp_path):
+    """Sigmoid, Concat, LeakyRelu, Mul, MaxPool, AveragePool, GlobalAveragePool and a Reshape, each between a DQ
+    and a Q: onnxruntime's groups, equal outputs."""
+    g = QDQGraph(dtype)
+    a = g.op("Sigmoid", [g.input("x", (1, 3, 6, 6))], "a", scale=1 / 256, zp=np.iinfo(dtype).min)
+    c = g.op("Concat", [a, g.input("x2", (1, 2, 6, 6))], "c", scale=0.03, axis=1)
+    r = g.op("LeakyRelu", [c], "r", scale=0.03, alpha=0.2)
+    m = g.op("Mul", [r, g.input("x3", (1, 5, 1, 1))], "m", scale=0.06)
+    mp = g.op("MaxPool", [m], "mp", scale=0.06, kernel_shape=[2, 2])
+    ap = g.op("AveragePool", [mp], "ap", scale=0.04, kernel_shape=[2, 2], pads=[1, 1, 1, 1])
+    gp = g.op("GlobalAveragePool", [ap], "gp", scale=0.04)
+    g.inits.append(_init("shape", np.array([1, 5], np.int64)))
+    out = g.op("Reshape", [gp, "shape"], "out", scale=0.04)
+    model = g.model([out])
+    _equal_to_onnxruntime(model, g.feeds, tmp_path, {"QLinearSigmoid": 1, "QLinearConcat": 1, "QLinearLeakyRelu": 1,
+                                                     "QLinearMul": 1, "QLinearAveragePool": 1,
+                                                     "QLinearGlobalAveragePool": 1})

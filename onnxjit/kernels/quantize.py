@@ -737,6 +737,32 @@ def _qlinear_value(va, b, multiply, zb, zc, ratio_a, ratio_b, lo, hi):
 
 
 @njit(cache=True, nogil=True)
+def softmax_rows(x, signed, table, y_scale, zy, out, u0, u1):
+    """QLinearSoftmax over rows [u0, u1) of x (rows, D), the uint8 view of 8-bit values (int8 where `signed`),
+    as onnxruntime computes it: e = table[255 - (row max - x)] (float32 exponentials,
+    contrib.microsoft.quantized.softmax_table), their sum in order, then rint(e * y_scale / sum) + zy saturated,
+    with y_scale the float32 floor(1 / Y's scale); the type's highest value where e * y_scale overflows (rows of
+    one or two values)."""
+    d = x.shape[1]
+    lo, hi = (np.int32(-128), np.int32(127)) if signed else (np.int32(0), np.int32(255))
+    for r in range(u0, u1):
+        row = x[r]
+        top = np.int32(-1000)
+        for j in range(d):
+            v = np.int32(np.int8(row[j])) if signed else np.int32(row[j])
+            top = max(top, v)
+        total = np.float32(0)
+        for j in range(d):
+            v = np.int32(np.int8(row[j])) if signed else np.int32(row[j])
+            total += table[255 - (top - v)]
+        for j in range(d):
+            v = np.int32(np.int8(row[j])) if signed else np.int32(row[j])
+            f = np.float32(table[255 - (top - v)] * y_scale) / total
+            q = np.int32(np.rint(f)) + zy if np.isfinite(f) else hi
+            out[r, j] = np.uint8(min(max(q, lo), hi) & 255)
+
+
+@njit(cache=True, nogil=True)
 def average_planes(x, zx, multiplier, zy, lo, hi, out, u0, u1):
     """out[p, q] = rint((sum over s of x[p, s, q] - zx * S) * multiplier) + zy, saturated to [lo, hi] (float32):
     QLinearGlobalAveragePool over x as (N * C, S, 1) or, channels last, (N, S, C); units: rows p."""

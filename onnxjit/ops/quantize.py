@@ -749,13 +749,33 @@ def build_qlinear_average_pool(node):
 
 @register_op("QLinearSoftmax", domain=MS_DOMAIN)
 def build_qlinear_softmax(node):
-    """Its reference's numpy (contrib.microsoft.quantized.qlinear_softmax): a classifier's last op, small."""
+    """onnxruntime's computation (contrib.microsoft.quantized.qlinear_softmax) on kq.softmax_rows, a row a unit;
+    the exponentials' table made once per x_scale and row length."""
     if not _eight_bit(node, (0, 2, 4)) or wanted_outputs(node) != 1:
         return None
     axis, opset = int(attr(node, "axis", -1)), int(attr(node, "opset", 13))
+    tables = {}
 
     def run(x, x_scale, x_zp=None, y_scale=None, y_zp=None):
-        return (ms.qlinear_softmax(x, x_scale, x_zp, y_scale, y_zp, axis, opset),)
+        op = "QLinearSoftmax"
+        ms.check_8bit(op, X=x)
+        if x.size == 0:
+            return (np.empty(x.shape, x.dtype),)
+        ms.scalar(op, "x_zero_point", x_zp, 0)
+        rows, moved = ms.softmax_rows(op, x, axis, opset)
+        sx = np.float32(ms.scalar(op, "x_scale", x_scale))
+        key = (float(sx), rows.shape[1])
+        table = tables.get(key)
+        if table is None:
+            table = tables[key] = ms.softmax_table(sx, rows.shape[1])
+        y = np.empty(rows.shape, np.uint8)
+        ys = np.floor(np.float32(1) / np.float32(ms.scalar(op, "y_scale", y_scale)))
+        run_units(kq.softmax_rows, (ro(rows.view(np.uint8)), x.dtype == np.int8, ro(table), ys,
+                                    np.int32(ms.scalar(op, "y_zero_point", y_zp, 0)), y), rows.shape[0], 4 * y.size)
+        y = y.view(x.dtype)
+        if moved < 0:
+            return (y.reshape(x.shape),)
+        return (np.ascontiguousarray(np.moveaxis(y.reshape(np.moveaxis(x, moved, -1).shape), -1, moved)),)
     return run
 
 

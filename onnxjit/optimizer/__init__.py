@@ -6,12 +6,12 @@ a level until no pass changes anything (each rewrite can expose another: a folde
 Passes keep graph inputs and outputs (names, dtypes, shapes) as they are and never change results beyond float
 rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` domain (`onnxjit.contrib`).
 
-Modules, one per pass family: qdq (DequantizeLinear -> Conv -> QuantizeLinear as QLinearConv, at extended and
-above, before constant folding dequantizes the weights), matmul_integer_to_float (quantize_dynamic's
-MatMulInteger -> Cast -> Mul as com.microsoft MatMulIntegerToFloat, at extended and above),
-constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes), cse (duplicate nodes), conv_folding
-(Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape, activation_fusion (Conv/Gemm/MatMul+activation),
-layer_norm, gelu, attention, layout (channels-last depthwise convolutions, at LAYOUT).
+Modules, one per pass family: qdq (DequantizeLinear -> op -> QuantizeLinear groups as integer ops, as
+onnxruntime's QDQ selectors rewrite them, at extended and above, before constant folding dequantizes the weights),
+matmul_integer_to_float (quantize_dynamic's MatMulInteger -> Cast -> Mul as com.microsoft MatMulIntegerToFloat, at
+extended and above), constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes), cse (duplicate
+nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape, activation_fusion
+(Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (channels-last depthwise convolutions, at LAYOUT).
 """
 from __future__ import annotations
 
@@ -41,6 +41,16 @@ class PassContext:
     providers: tuple[str, ...] = (CPU_PROVIDER,)
     level: int = BASIC  # the session's optimization level (a pass of one tier may depend on a later one)
     counter: collections.Counter = field(default_factory=collections.Counter)
+    visited: set = field(default_factory=set)  # (pass, graph id) pairs of passes that look at a graph once
+
+    def first_visit(self, name: str, graph: Graph) -> bool:
+        """True the first time pass `name` asks about `graph`: for a pass whose decisions hold for the graph as it
+        came, not as its own rewrites leave it (the level's next round would see those)."""
+        key = (name, id(graph))
+        if key in self.visited:
+            return False
+        self.visited.add(key)
+        return True
 
     def opset(self, domain: str = "") -> int:
         return self.model.opset_imports.get(domain, 0)

@@ -1,38 +1,57 @@
-"""DequantizeLinear -> Conv -> QuantizeLinear -> QLinearConv: a QDQ model's convolutions on the integer kernels
-(ORT_ENABLE_EXTENDED and above, CPU provider first), as onnxruntime's QDQ Conv selector and action rewrite them.
+"""QDQ node groups on the integer kernels (ORT_ENABLE_EXTENDED and above, CPU provider first), as onnxruntime's QDQ
+selectors and actions rewrite them: the same groups, so that a QDQ model's outputs equal onnxruntime's.
 
-A Conv is taken when every input it has is the output of a DequantizeLinear, and its output's only reader is a
-QuantizeLinear, or a Relu or Clip whose only reader is one and which that QuantizeLinear makes redundant (the
-bounds lie outside the range it can write, (lowest - zero point) * scale to (highest - zero point) * scale, so its
-saturation clamps as they would: onnxruntime drops them then). The Conv's output is neither a graph output nor read
-by a subgraph; a DequantizeLinear that other nodes read stays for them, as onnxruntime duplicates it for each.
-- X's DequantizeLinear and the QuantizeLinear per tensor (a one-value scale and zero point, float32), of one 8-bit
-  type: uint8 (with uint8 or int8 weights), or int8 with int8 weights (onnxruntime's rule);
-- W's DequantizeLinear of an 8-bit constant, per tensor or per output channel (axis 0), no block size;
-- B's, where there is one, of an int32 constant with zero point 0 (what quantizers write: B quantized with scale
-  x_scale * w_scale), whose scale is x_scale * w_scale as float32 computes it; a bias of any other scale would be
-  rounded differently by QLinearConv, so that Conv stays.
-Scales and zero points must be constants. The QLinearConv reads the quantized tensors themselves and writes the
-QuantizeLinear's output; its result is the integer convolution requantized once (onnxruntime's QLinearConv), where
-the float path rounded each product's dequantized value: within one quantization step of it.
+A group is a target node whose inputs are DequantizeLinear outputs and whose output's only reader is a
+QuantizeLinear (or a Relu or Clip whose only reader is one and which that QuantizeLinear makes redundant: its bounds
+lie outside the range the QuantizeLinear writes, (lowest - zero point) * scale to (highest - zero point) * scale, so
+saturation clamps as they would). The target's output is neither a graph output nor read by a subgraph. The
+rewrite reads the quantized tensors and writes the QuantizeLinear's output:
+- Conv -> QLinearConv (X, W and an optional int32 bias B dequantized; see _conv);
+- MatMul -> QLinearMatMul, or with no QuantizeLinear after it at all, com.microsoft MatMulIntegerToFloat;
+- Gemm -> com.microsoft QGemm (quantized out with the QuantizeLinear, float32 without one);
+- Softmax, Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool -> com.microsoft QLinear<op>;
+- Add, Mul -> com.microsoft QLinearAdd / QLinearMul; Concat -> com.microsoft QLinearConcat;
+- Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Gather, GatherElements, Slice, Expand, Tile, and MaxPool (with
+  a positive scale) run on the quantized tensor itself where the DequantizeLinear and QuantizeLinear have one and
+  the same scale and zero point (then they only move values).
+Scales and zero points are float32 scales and constants, one value each (per channel where said). A
+DequantizeLinear that other nodes read stays for them: onnxruntime gives each group a copy of it first.
 
-The pass runs in the basic tier, before constant folding turns the weights' DequantizeLinear into float weights,
-and only when the session's level is extended or above; a model at ORT_ENABLE_BASIC keeps its float Convs, as
-onnxruntime's. A Relu or Clip that the QuantizeLinear does not make redundant keeps that Conv in float.
+Types, as onnxruntime sees them: on x86 its Conv and MatMul groups take uint8 activations only (int8 ones are
+allowed on ARM, QDQIsInt8Allowed), and it first turns into uint8 (zero point + 128: the same values) each int8
+QuantizeLinear -> DequantizeLinear pair with one constant zero point where the QuantizeLinear's one reader is that
+DequantizeLinear and its output has one reader (after the copies above: a tensor read by several nodes stays int8).
+A group's types must agree as seen that way (its input and output types the same). _seen_type follows that; a
+group is decided on the graph as it came (a rewrite changes who reads what), once per graph.
+
+Each rewrite's result is the integer op's (one rounding at the end), where the float path rounded each dequantized
+product: within one quantization step of it, and equal to onnxruntime's, which runs the same groups. The pass runs
+in the basic tier, before constant folding turns the weights' DequantizeLinear into float weights, and only when
+the session's level is extended or above; a model at ORT_ENABLE_BASIC stays in float, as onnxruntime's.
 """
 from __future__ import annotations
 
 import math
+import platform
+from dataclasses import dataclass
 
 import numpy as np
 from onnx import TensorProto
 
 from onnxjit.ir.graph import Graph, Node, Value
 from onnxjit.optimizer import BASIC, CPU_PROVIDER, EXTENDED, PassContext, graph_pass
-from onnxjit.optimizer.pattern import attr_value, const_value, fresh_name, only_consumer, remove_dead_producers
+from onnxjit.optimizer.pattern import (attr_value, const_value, fresh_name, make_attr, only_consumer,
+                                       pinned_names, remove_dead_producers)
 
 EIGHT_BIT = {TensorProto.UINT8: np.uint8, TensorProto.INT8: np.int8}
+SIXTEEN_BIT = {TensorProto.UINT16: np.uint16, TensorProto.INT16: np.int16}
+MS_DOMAIN = "com.microsoft"
+# onnxruntime's QDQIsInt8Allowed: int8 activations in its Conv and MatMul groups on ARM only
+INT8_ACTIVATIONS = platform.machine().lower() in ("arm64", "aarch64")
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+_POOL_ATTRS = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
+MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "GatherElements", "Slice",
+                "Expand", "Tile")
 
 
 def _dq(v: Value | None) -> Node | None:
@@ -45,9 +64,10 @@ def _dq(v: Value | None) -> Node | None:
     return p
 
 
-def _params(node: Node, graph: Graph, per_channel: int | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+def _params(node: Node, graph: Graph, channels: int | None = None, axes: tuple[int, ...] = (0,)) \
+        -> tuple[np.ndarray, np.ndarray | None] | None:
     """(scale, zero point or None where absent) of a DequantizeLinear / QuantizeLinear, both constants: a float32
-    scale, one value each, or with `per_channel` one per channel of that many along axis 0."""
+    scale, one value each, or with `channels` one per channel of that many along one of `axes`."""
     scale = const_value(node.inputs[1] if len(node.inputs) > 1 else None, graph)
     if scale is None or scale.dtype != np.float32:
         return None
@@ -58,64 +78,90 @@ def _params(node: Node, graph: Graph, per_channel: int | None = None) -> tuple[n
     if scale.size == 1 and scale.ndim <= 1:
         if zp is not None and zp.size != 1:
             return None
-    elif per_channel is None or scale.shape != (per_channel,) or int(attr_value(node, "axis", 1)) != 0 \
+    elif channels is None or scale.shape != (channels,) or int(attr_value(node, "axis", 1)) not in axes \
             or (zp is not None and zp.shape != scale.shape):
         return None
     return scale, zp
 
 
-def _quantized(v: Value) -> int | None:
-    """The 8-bit element type of `v` (uint8 / int8), else None."""
-    elem = getattr(v.type, "elem_type", None)
-    return elem if elem in EIGHT_BIT else None
+def _scalar_params(node: Node, graph: Graph, dtype) -> tuple[float, int] | None:
+    """(scale, zero point) of a per-tensor Q / DQ as Python numbers (an absent zero point is 0), its zero point
+    (where given) of `dtype`."""
+    p = _params(node, graph)
+    if p is None or (p[1] is not None and p[1].dtype != dtype):
+        return None
+    return float(p[0].reshape(-1)[0]), 0 if p[1] is None else int(p[1].reshape(-1)[0])
 
 
-def _match(conv: Node, graph: Graph) -> tuple | None:
-    """(X's DequantizeLinear, W's, B's or None, the redundant Relu / Clip or None, the QuantizeLinear, B's quantized
-    constant or None) for a Conv the pass rewrites, else None."""
-    if conv.op_type != "Conv" or conv.domain != "" or len(conv.outputs) != 1 or not 2 <= len(conv.inputs) <= 3:
+def _elem(v: Value | None) -> int | None:
+    return getattr(v.type, "elem_type", None) if v is not None else None
+
+
+def _to_uint8_pair(q: Node, graph: Graph) -> bool:
+    """Whether onnxruntime (x86) turns the int8 QuantizeLinear `q` and the one DequantizeLinear reading it into
+    uint8: both with one constant int8 zero point, equal; q's output read by that DequantizeLinear alone, whose
+    output at most one node reads (a DequantizeLinear read by several nodes, or by one and the graph's outputs, is
+    copied for each, and q then has several readers)."""
+    if q.op_type != "QuantizeLinear" or q.domain != "" or len(q.outputs) != 1:
+        return False
+    dq = only_consumer(q.outputs[0], graph)
+    if dq is None or dq.op_type != "DequantizeLinear" or dq.domain != "" or dq.inputs[0] is not q.outputs[0]:
+        return False
+    readers = len(dq.outputs[0].uses)
+    if readers > 1 or (readers == 1 and dq.outputs[0].name in pinned_names(graph)):
+        return False  # (a DequantizeLinear that is only a graph output is not copied)
+    zps = [const_value(n.inputs[2], graph) if len(n.inputs) > 2 and n.inputs[2] is not None else None
+           for n in (q, dq)]
+    return all(z is not None and z.size == 1 and z.dtype == np.int8 for z in zps) \
+        and int(zps[0].reshape(-1)[0]) == int(zps[1].reshape(-1)[0])
+
+
+def _seen_type(v: Value, graph: Graph) -> int | None:
+    """The element type onnxruntime's selectors see for the quantized tensor `v` (a DequantizeLinear's input or a
+    QuantizeLinear's output): int8 turned uint8 where _to_uint8_pair says so."""
+    elem = _elem(v)
+    if elem == TensorProto.INT8 and not INT8_ACTIVATIONS and v.producer is not None \
+            and _to_uint8_pair(v.producer, graph):
+        return TensorProto.UINT8
+    return elem
+
+
+@dataclass
+class Group:
+    target: Node
+    dqs: list[Node | None]  # per input of the target: its DequantizeLinear, None where it has none
+    act: Node | None  # a Relu / Clip the QuantizeLinear makes redundant
+    q: Node | None  # None: no QuantizeLinear reads the target's output (MatMulIntegerToFloat only)
+
+
+def _group(target: Node, graph: Graph, dequantized: tuple[int, ...] | None) -> Group | None:
+    """The group around `target` whose inputs `dequantized` (all present ones when None) are DequantizeLinear
+    outputs (and no others are), as onnxruntime's selectors find it; None where the QuantizeLinear after it is not
+    the only reader, or a Relu / Clip before it is not redundant."""
+    if len(target.outputs) != 1:
         return None
-    y = conv.outputs[0]
-    q = act = only_consumer(y, graph)
-    if act is not None and act.op_type in ("Relu", "Clip") and act.domain == "":
-        y = act.outputs[0]
-        q = only_consumer(y, graph)
-    else:
-        act = None
-    if q is None or q.op_type != "QuantizeLinear" or q.domain != "" or q.inputs[0] is not y \
-            or attr_value(q, "block_size", 0) or attr_value(q, "saturate", 1) != 1:
+    dqs = [_dq(v) for v in target.inputs]
+    present = [i for i, v in enumerate(target.inputs) if v is not None]
+    wanted = present if dequantized is None else [i for i in dequantized if i in present]
+    if not wanted or any((dqs[i] is not None) != (i in wanted) for i in present):
         return None
-    if act is not None and not _made_redundant(act, q, graph):
-        return None
-    dq_x, dq_w = _dq(conv.inputs[0]), _dq(conv.inputs[1])
-    dq_b = _dq(conv.inputs[2]) if len(conv.inputs) == 3 and conv.inputs[2] is not None else None
-    if dq_x is None or dq_w is None or (len(conv.inputs) == 3 and conv.inputs[2] is not None and dq_b is None):
-        return None
-    x_type = _quantized(dq_x.inputs[0])
-    w = const_value(dq_w.inputs[0], graph)
-    y_type = getattr(q.outputs[0].type, "elem_type", None)
-    if x_type is None or w is None or w.dtype not in (np.uint8, np.int8) or w.ndim < 3 or y_type != x_type:
-        return None
-    if x_type == TensorProto.INT8 and w.dtype != np.int8:
-        return None  # onnxruntime's QLinearConv takes int8 activations with int8 weights only
-    xp, wp, yp = _params(dq_x, graph), _params(dq_w, graph, per_channel=w.shape[0]), _params(q, graph)
-    if xp is None or wp is None or yp is None:
-        return None
-    for (scale, zp), dtype in ((xp, EIGHT_BIT[x_type]), (wp, w.dtype), (yp, EIGHT_BIT[x_type])):
-        if zp is not None and zp.dtype != dtype:
+    y = target.outputs[0]
+    act = only_consumer(y, graph)
+    if act is not None and act.op_type in ("Relu", "Clip") and act.domain == "" and len(act.outputs) == 1 \
+            and only_consumer(act.outputs[0], graph) is not None:
+        q = only_consumer(act.outputs[0], graph)
+        if not _is_q(q, act.outputs[0]) or not _made_redundant(act, q, graph):
             return None
-    bias = None
-    if dq_b is not None:
-        b = const_value(dq_b.inputs[0], graph)
-        bp = _params(dq_b, graph, per_channel=w.shape[0])
-        if b is None or b.dtype != np.int32 or b.shape != (w.shape[0],) or bp is None \
-                or (bp[1] is not None and np.any(bp[1] != 0)):
-            return None
-        got, expected = np.broadcast_arrays(bp[0].reshape(-1), (xp[0].reshape(()) * wp[0]).reshape(-1))
-        if not np.array_equal(got, expected):
-            return None
-        bias = dq_b.inputs[0]
-    return dq_x, dq_w, dq_b, act, q, bias
+        return Group(target, dqs, act, q)
+    if not any(n.op_type == "QuantizeLinear" and n.domain == "" for n, _ in y.uses):
+        return Group(target, dqs, None, None)
+    q = only_consumer(y, graph)  # (None where y is also a graph output or read by others)
+    return Group(target, dqs, None, q) if _is_q(q, y) else None
+
+
+def _is_q(q: Node | None, v: Value) -> bool:
+    return q is not None and q.op_type == "QuantizeLinear" and q.domain == "" and q.inputs[0] is v \
+        and not attr_value(q, "block_size", 0) and attr_value(q, "saturate", 1) == 1 and len(q.outputs) == 1
 
 
 def _made_redundant(act: Node, q: Node, graph: Graph) -> bool:
@@ -125,7 +171,7 @@ def _made_redundant(act: Node, q: Node, graph: Graph) -> bool:
     bounds = [0.0, math.inf] if act.op_type == "Relu" and len(act.inputs) == 1 else \
         clip_bounds(act, graph, np.dtype(np.float32)) if act.op_type == "Clip" else None
     params = _params(q, graph)
-    elem = getattr(q.outputs[0].type, "elem_type", None)
+    elem = _elem(q.outputs[0])
     if bounds is None or params is None or elem not in EIGHT_BIT:
         return False
     scale = float(params[0].reshape(-1)[0])
@@ -141,28 +187,242 @@ def _zero_point(graph: Graph, node: Node, dtype) -> Value:
     return graph.add_initializer(fresh_name(graph, f"{node.name or node.op_type}_zero_point"), np.zeros((), dtype))
 
 
+def _triple(graph: Graph, node: Node) -> list[Value]:
+    """(quantized tensor, scale, zero point) of a Q / DQ."""
+    v = _quantized_side(node)
+    return [v, node.inputs[1], _zero_point(graph, node, v.type.dtype)]
+
+
+@dataclass
+class Rewrite:
+    op_type: str
+    domain: str
+    inputs: list[Value | None]
+    attributes: dict
+
+
+def _quantized_side(node: Node) -> Value:
+    """The quantized tensor of a DequantizeLinear (its input) or QuantizeLinear (its output)."""
+    return node.inputs[0] if node.op_type == "DequantizeLinear" else node.outputs[0]
+
+
+def _one_type(values: list[Value], graph: Graph) -> int | None:
+    """The element type of `values`, where they have one, both as declared and as onnxruntime sees it
+    (_seen_type), else None."""
+    declared, seen = {_elem(v) for v in values}, {_seen_type(v, graph) for v in values}
+    return next(iter(seen)) if len(declared) == 1 and len(seen) == 1 else None
+
+
+def _per_tensor_group(g: Group, graph: Graph, types: dict) -> bool:
+    """Every Q / DQ of `g` per tensor, with constant parameters, its quantized tensors of one of `types`, one
+    type (_one_type)."""
+    nodes = [n for n in g.dqs if n is not None] + [g.q]
+    elem = _one_type([_quantized_side(n) for n in nodes], graph)
+    return elem in types and all(_scalar_params(n, graph, _np_of(n)) is not None for n in nodes)
+
+
+def _np_of(node: Node):
+    """The numpy type of a Q / DQ's quantized tensor."""
+    return (EIGHT_BIT | SIXTEEN_BIT)[_elem(_quantized_side(node))]
+
+
+def _conv(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """X's DequantizeLinear and the QuantizeLinear per tensor, of one 8-bit type (uint8, or int8 where int8
+    activations are allowed, with int8 weights); W's DequantizeLinear of an 8-bit constant, per tensor or per
+    output channel (axis 0); B's, where there is one, of an int32 constant with zero point 0 whose scale is
+    x_scale * w_scale as float32 computes it (what quantizers write; a bias of another scale would be rounded
+    differently by QLinearConv, so that Conv stays)."""
+    conv = g.target
+    if g.q is None or not 2 <= len(conv.inputs) <= 3:
+        return None
+    dq_x, dq_w = g.dqs[0], g.dqs[1]
+    dq_b = g.dqs[2] if len(conv.inputs) == 3 else None
+    x_type, w = _one_type([dq_x.inputs[0], g.q.outputs[0]], graph), const_value(dq_w.inputs[0], graph)
+    if not _activation_type(x_type) or w is None \
+            or w.dtype not in (np.uint8, np.int8) or w.ndim < 3 \
+            or (x_type == TensorProto.INT8 and w.dtype != np.int8):
+        return None
+    xp, wp, yp = _params(dq_x, graph), _params(dq_w, graph, channels=w.shape[0]), _params(g.q, graph)
+    if xp is None or wp is None or yp is None:
+        return None
+    for (scale, zp), dtype in ((xp, _np_of(dq_x)), (wp, w.dtype), (yp, _np_of(g.q))):
+        if zp is not None and zp.dtype != dtype:
+            return None
+    inputs = _triple(graph, dq_x) + _triple(graph, dq_w) + _triple(graph, g.q)[1:]
+    if dq_b is not None:
+        b = const_value(dq_b.inputs[0], graph)
+        bp = _params(dq_b, graph, channels=w.shape[0])
+        if b is None or b.dtype != np.int32 or b.shape != (w.shape[0],) or bp is None \
+                or (bp[1] is not None and np.any(bp[1] != 0)):
+            return None
+        got, expected = np.broadcast_arrays(bp[0].reshape(-1), (xp[0].reshape(()) * wp[0]).reshape(-1))
+        if not np.array_equal(got, expected):
+            return None
+        inputs.append(dq_b.inputs[0])
+    return Rewrite("QLinearConv", "", inputs, {k: a for k, a in conv.attributes.items() if k in _CONV_ATTRS})
+
+
+def _activation_type(elem: int | None) -> bool:
+    """Whether onnxruntime's Conv and MatMul selectors take activations of type `elem` (_one_type): 8-bit, int8
+    only where allowed."""
+    return elem == TensorProto.UINT8 or (elem == TensorProto.INT8 and INT8_ACTIVATIONS)
+
+
+def _matmul(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """A and its DequantizeLinear per tensor; B 8-bit (int8 where A is), per tensor, or per column where it is a
+    constant matrix (axis 1 or -1); QLinearMatMul with the QuantizeLinear (per tensor), MatMulIntegerToFloat
+    (float32 out) without one."""
+    dq_a, dq_b = g.dqs
+    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []), graph)
+    b_type = _elem(dq_b.inputs[0])
+    if not _activation_type(a_type) \
+            or b_type not in EIGHT_BIT or (a_type == TensorProto.INT8 and b_type != TensorProto.INT8):
+        return None
+    b = const_value(dq_b.inputs[0], graph)
+    columns = b.shape[1] if b is not None and b.ndim == 2 else None
+    ap, bp = _params(dq_a, graph), _params(dq_b, graph, channels=columns, axes=(1, -1))
+    yp = _params(g.q, graph) if g.q is not None else None
+    if ap is None or bp is None or (g.q is not None and yp is None):
+        return None
+    pairs = [(ap, _np_of(dq_a)), (bp, EIGHT_BIT[b_type])] + ([(yp, _np_of(g.q))] if yp else [])
+    if any(zp is not None and zp.dtype != dtype for (_, zp), dtype in pairs):
+        return None
+    a, b = _triple(graph, dq_a), _triple(graph, dq_b)
+    if g.q is not None:
+        return Rewrite("QLinearMatMul", "", a + b + _triple(graph, g.q)[1:], {})
+    return Rewrite("MatMulIntegerToFloat", MS_DOMAIN, [a[0], b[0], a[1], b[1], a[2], b[2]], {})
+
+
+def _gemm(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """QGemm (com.microsoft): A per tensor, B an 8-bit constant matrix (int8 where A is), per tensor or per output
+    column; C, where there is one (beta 1), an int32 constant with zero point 0 and scale a_scale * b_scale, alpha
+    1 (what quantizers write); with the QuantizeLinear (per tensor, A's type) quantized, else float32."""
+    node = g.target
+    dq_a, dq_b = g.dqs[0], g.dqs[1]
+    dq_c = g.dqs[2] if len(node.inputs) == 3 else None
+    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []), graph)
+    b = const_value(dq_b.inputs[0], graph)
+    if a_type not in EIGHT_BIT or b is None or b.dtype not in (np.uint8, np.int8) or b.ndim != 2 \
+            or (a_type == TensorProto.INT8 and b.dtype != np.int8) or int(attr_value(node, "transA", 0)):
+        return None
+    trans_b = int(attr_value(node, "transB", 0))
+    columns = b.shape[0] if trans_b else b.shape[1]
+    ap, bp = _params(dq_a, graph), _params(dq_b, graph, channels=columns, axes=(0,) if trans_b else (1, -1))
+    yp = _params(g.q, graph) if g.q is not None else None
+    if ap is None or bp is None or (g.q is not None and yp is None):
+        return None
+    pairs = [(ap, _np_of(dq_a)), (bp, b.dtype)] + ([(yp, _np_of(g.q))] if yp else [])
+    if any(zp is not None and zp.dtype != dtype for (_, zp), dtype in pairs):
+        return None
+    inputs = _triple(graph, dq_a) + _triple(graph, dq_b) + [None]
+    if dq_c is not None:
+        c, cp = const_value(dq_c.inputs[0], graph), _params(dq_c, graph, channels=columns)
+        unit = float(attr_value(node, "alpha", 1.0)) == 1.0 and float(attr_value(node, "beta", 1.0)) == 1.0
+        if c is None or c.dtype != np.int32 or c.shape != (columns,) or cp is None or not unit \
+                or (cp[1] is not None and np.any(cp[1] != 0)):
+            return None
+        got, expected = np.broadcast_arrays(cp[0].reshape(-1), (ap[0].reshape(()) * bp[0]).reshape(-1))
+        if not np.array_equal(got, expected):
+            return None
+        inputs[-1] = dq_c.inputs[0]
+    if g.q is not None:
+        inputs += _triple(graph, g.q)[1:]
+    while inputs[-1] is None:
+        inputs.pop()
+    return Rewrite("QGemm", MS_DOMAIN, inputs, {k: a for k, a in node.attributes.items()
+                                                if k in ("alpha", "transA", "transB")})
+
+
+def _unary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """QLinear<op> (com.microsoft) of X's DequantizeLinear and the QuantizeLinear, per tensor, one 8-bit type."""
+    node = g.target
+    if g.q is None or not _per_tensor_group(g, graph, EIGHT_BIT):
+        return None
+    attrs = {}
+    if node.op_type == "Softmax":
+        since = 13 if node.opset >= 13 else 11 if node.opset >= 11 else 1
+        attrs = {"axis": make_attr("axis", int(attr_value(node, "axis", -1 if since >= 13 else 1))),
+                 "opset": make_attr("opset", since)}
+    elif node.op_type == "LeakyRelu":
+        attrs = {"alpha": make_attr("alpha", float(attr_value(node, "alpha", 0.01)))}
+    elif node.op_type == "AveragePool":
+        if any(int(d) != 1 for d in attr_value(node, "dilations", ()) or ()):
+            return None  # (QLinearAveragePool has no dilations)
+        attrs = {k: a for k, a in node.attributes.items() if k in _POOL_ATTRS}
+    return Rewrite(f"QLinear{node.op_type}", MS_DOMAIN,
+                   _triple(graph, g.dqs[0]) + _triple(graph, g.q)[1:], attrs)
+
+
+def _binary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """QLinearAdd / QLinearMul (com.microsoft): both inputs' DequantizeLinear and the QuantizeLinear per tensor,
+    one 8-bit type."""
+    if g.q is None or len(g.target.inputs) != 2 or not _per_tensor_group(g, graph, EIGHT_BIT):
+        return None
+    return Rewrite(f"QLinear{g.target.op_type}", MS_DOMAIN,
+                   _triple(graph, g.dqs[0]) + _triple(graph, g.dqs[1]) + _triple(graph, g.q)[1:], {})
+
+
+def _concat(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """QLinearConcat (com.microsoft): every input's DequantizeLinear and the QuantizeLinear per tensor, one 8-bit
+    type."""
+    if g.q is None or not _per_tensor_group(g, graph, EIGHT_BIT):
+        return None
+    inputs = _triple(graph, g.q)[1:]
+    for dq in g.dqs:
+        inputs += _triple(graph, dq)
+    return Rewrite("QLinearConcat", MS_DOMAIN, inputs, {"axis": make_attr("axis", int(attr_value(g.target,
+                                                                                                "axis", 0)))})
+
+
+def _movement(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """The op itself on the quantized tensor, where its DequantizeLinear and QuantizeLinear have one scale and zero
+    point (8- or 16-bit; MaxPool: 8-bit, a positive scale)."""
+    node = g.target
+    if g.q is None or g.act is not None:
+        return None
+    types = EIGHT_BIT if node.op_type == "MaxPool" else EIGHT_BIT | SIXTEEN_BIT
+    if not _per_tensor_group(g, graph, types):
+        return None
+    dtype = _np_of(g.q)
+    dq_params, q_params = _scalar_params(g.dqs[0], graph, dtype), _scalar_params(g.q, graph, dtype)
+    if dq_params != q_params or (node.op_type == "MaxPool" and not q_params[0] > 0):
+        return None
+    return Rewrite(node.op_type, node.domain, [g.dqs[0].inputs[0]] + node.inputs[1:], dict(node.attributes))
+
+
+# op type -> (the inputs that are dequantized, None for all present ones; the rewrite)
+RULES = {"Conv": (None, _conv), "MatMul": ((0, 1), _matmul), "Gemm": (None, _gemm), "Add": ((0, 1), _binary),
+         "Mul": ((0, 1), _binary),
+         "Concat": (None, _concat), "MaxPool": ((0,), _movement)}
+RULES.update({op: ((0,), _unary) for op in ("Softmax", "Sigmoid", "LeakyRelu", "AveragePool", "GlobalAveragePool")})
+RULES.update({op: ((0,), _movement) for op in MOVEMENT_OPS})
+
+
+def _found(node: Node, graph: Graph, ctx: PassContext) -> tuple[Group, Rewrite] | None:
+    rule = RULES.get(node.op_type) if node.domain == "" else None
+    if rule is None or (node.op_type == "MaxPool" and (node.opset < 12 or len(node.outputs) != 1)):
+        return None
+    group = _group(node, graph, rule[0])
+    rewrite = rule[1](group, graph, ctx) if group is not None else None
+    return (group, rewrite) if rewrite is not None else None
+
+
 @graph_pass(BASIC, providers=(CPU_PROVIDER,))
-def fuse_qdq_conv(graph: Graph, ctx: PassContext) -> int:
-    if ctx.level < EXTENDED:
+def fuse_qdq_groups(graph: Graph, ctx: PassContext) -> int:
+    if ctx.level < EXTENDED or not ctx.first_visit("fuse_qdq_groups", graph):
         return 0
-    fused = 0
-    for conv in list(graph.nodes):
-        found = _match(conv, graph) if conv.graph is graph else None
-        if found is None:
-            continue
-        dq_x, dq_w, dq_b, act, q, bias = found
-        x_q, w_q = dq_x.inputs[0], dq_w.inputs[0]
-        inputs = [x_q, dq_x.inputs[1], _zero_point(graph, dq_x, x_q.type.dtype), w_q, dq_w.inputs[1],
-                  _zero_point(graph, dq_w, const_value(w_q, graph).dtype), q.inputs[1],
-                  _zero_point(graph, q, x_q.type.dtype)] + ([bias] if bias is not None else [])
-        node = Node("QLinearConv", inputs, [q.outputs[0]], name=conv.name or fresh_name(graph, "QLinearConv"),
-                    attributes={k: a for k, a in conv.attributes.items() if k in _CONV_ATTRS}, opset=ctx.opset(""))
-        graph.insert_before(conv, node)
-        read = [v for v in conv.inputs if v is not None]
-        graph.remove(q)
-        if act is not None:
-            graph.remove(act)
-        graph.remove(conv)
+    found = [f for f in (_found(n, graph, ctx) for n in list(graph.nodes)) if f is not None]
+    for g, r in found:
+        last = g.q or g.target
+        if r.domain == MS_DOMAIN:
+            ctx.use_domain(MS_DOMAIN, 1)
+        node = Node(r.op_type, r.inputs, [last.outputs[0]], domain=r.domain,
+                    name=g.target.name or fresh_name(graph, r.op_type), attributes=r.attributes,
+                    opset=1 if r.domain == MS_DOMAIN else g.target.opset)
+        graph.insert_before(last, node)  # (after every input of the group, the QuantizeLinear's included)
+        read = [v for v in g.target.inputs if v is not None]
+        for n in (g.q, g.act, g.target):
+            if n is not None:
+                graph.remove(n)
         remove_dead_producers(graph, read)  # the DequantizeLinear nodes no one else reads
-        fused += 1
-    return fused
+    return len(found)

@@ -202,21 +202,46 @@ class QLinearAveragePool(OpRun):
                                      lambda f: average_pool(f, **attrs)),)
 
 
+def softmax_table(x_scale, reduce_len: int) -> np.ndarray:
+    """onnxruntime's QLinearSoftmax exponentials, float32 exp((i - 255 + shift) * x_scale) for i = 0..255 computed
+    in float64, where shift = max(0, log(FLT_MAX / reduce_len) - 5) / x_scale keeps a row's sum finite; entry 255 -
+    (row max - x) is x's (x's zero point cancels)."""
+    x_scale = np.float64(np.float32(x_scale))
+    shift = max(0.0, math.log(np.float64(np.finfo(np.float32).max / np.float32(max(reduce_len, 1)))) - 5) / x_scale
+    return np.exp((np.arange(256, dtype=np.float64) - 255 + shift) * x_scale).astype(np.float32)
+
+
+def softmax_rows(op, x, axis, opset) -> tuple[np.ndarray, int]:
+    """x as the (rows, D) rows QLinearSoftmax normalizes (a copy where the axis is not the last one) and the axis
+    it moved from (opset 13 on) or -1."""
+    a = int(axis) % max(x.ndim, 1)
+    if int(opset) < 13:
+        return x.reshape(math.prod(x.shape[:a]), -1), -1
+    return np.ascontiguousarray(np.moveaxis(x, a, -1)).reshape(-1, x.shape[a] if x.ndim else 1), a
+
+
 def qlinear_softmax(x, x_scale, x_zp, y_scale, y_zp, axis, opset) -> np.ndarray:
-    """quantize(Softmax(dequantize(X))): QLinearSoftmax, for its reference here and the CPU provider's kernel
-    (ops.quantize); the exponentials in float64 (onnxruntime's lookup table of them agrees to within one step)."""
+    """QLinearSoftmax as onnxruntime computes it (kernels.quantize.softmax_rows says how: a lookup table of
+    exponentials, Y's scale as floor(1 / y_scale)), for its reference here; quantize(Softmax(dequantize(X))) to
+    within a step or so."""
     op = "QLinearSoftmax"
     check_8bit(op, X=x)
-    f = (x.astype(np.float32) - np.float32(scalar(op, "x_zero_point", x_zp, 0))) * \
-        np.float32(scalar(op, "x_scale", x_scale))
-    a = int(axis) % max(x.ndim, 1)
-    rows = f.reshape(math.prod(x.shape[:a]), -1) if int(opset) < 13 else np.moveaxis(f, a, -1)
-    e = np.exp(rows.astype(np.float64) - rows.max(axis=-1, keepdims=True))
-    sm = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
-    sm = sm.reshape(x.shape) if int(opset) < 13 else np.moveaxis(sm, -1, a)
-    y = saturate(np.rint(sm / np.float32(scalar(op, "y_scale", y_scale)))
-                 + np.float32(scalar(op, "y_zero_point", y_zp, 0)), x.dtype)
-    return np.ascontiguousarray(y)
+    scalar(op, "x_zero_point", x_zp, 0)
+    rows, moved = softmax_rows(op, x, axis, opset)
+    v = rows.astype(np.int32)
+    e = softmax_table(scalar(op, "x_scale", x_scale), rows.shape[-1])[255 - (v.max(axis=-1, keepdims=True) - v)] \
+        if v.size else np.zeros(v.shape, np.float32)
+    total = np.cumsum(e, axis=-1, dtype=np.float32)[:, -1:] if v.size else e  # summed in order, as onnxruntime does
+    ys = np.floor(np.float32(1) / np.float32(scalar(op, "y_scale", y_scale)))
+    with np.errstate(over="ignore"):
+        f = (e * ys) / total
+    info = np.iinfo(x.dtype)
+    zy = int(scalar(op, "y_zero_point", y_zp, 0))
+    q = np.where(np.isfinite(f), np.rint(np.where(np.isfinite(f), f, 0)).astype(np.int64) + zy, info.max)
+    y = np.clip(q, info.min, info.max).astype(x.dtype)
+    if moved < 0:
+        return y.reshape(x.shape)
+    return np.ascontiguousarray(np.moveaxis(y.reshape(np.moveaxis(x, moved, -1).shape), -1, moved))
 
 
 @reference_op
