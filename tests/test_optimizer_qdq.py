@@ -270,3 +270,40 @@ def test_image_like_groups_equal_to_onnxruntime(dtype, tmp_path):
     _equal_to_onnxruntime(model, g.feeds, tmp_path, {"QLinearSigmoid": 1, "QLinearConcat": 1, "QLinearLeakyRelu": 1,
                                                      "QLinearMul": 1, "QLinearAveragePool": 1,
                                                      "QLinearGlobalAveragePool": 1})
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_value_picking_ops_run_on_the_quantized_tensor(dtype, tmp_path):
+    """Resize (nearest), Split (a Q after each output), ReduceMax, MaxPool and ArgMax between DQs and Qs of one
+    scale and zero point read and write the quantized tensors (the Qs and DQs around them go, as in onnxruntime's
+    optimized model): outputs equal to onnxruntime's."""
+    g = QDQGraph(dtype)
+    zp = 5 if dtype == np.int8 else 130  # (the inputs' zero point: one scale and zero point throughout)
+    g.inits.append(_init("scales", np.array([1, 1, 2, 2], np.float32)))
+    r = g.op("Resize", [g.input("x", (1, 4, 3, 3)), "", "scales"], "r", scale=0.05, zp=zp, mode="nearest")
+    g.nodes.append(helper.make_node("Split", [r], ["s0", "s1"], axis=1))
+    s0, s1 = g.quantized("s0", 0.05, zp), g.quantized("s1", 0.05, zp)
+    m = g.op("ReduceMax", [s0], "m", scale=0.05, zp=zp, axes=[3], keepdims=1)
+    p = g.op("MaxPool", [s1], "p", scale=0.05, zp=zp, kernel_shape=[2, 2])
+    g.nodes.append(helper.make_node("ArgMax", [g.input("x2", (2, 7))], ["idx"], axis=1))
+    model = g.model([m, p])
+    model.graph.output.append(tensor("idx", TensorProto.INT64, None))
+    sess = _session(model)
+    ops = _ops(sess)
+    assert ops.get("QuantizeLinear") == 2 and ops.get("DequantizeLinear") == 2, ops  # the inputs' Qs, the outputs' DQs
+    _equal_to_onnxruntime(model, g.feeds, tmp_path, {})
+
+
+@pytest.mark.parametrize("case", ["another zero point", "linear mode"])
+def test_resize_kept_in_float_where_its_values_are_not_copies(case):
+    """A Resize whose Q has another zero point than its DQ, or that interpolates, stays between them in float:
+    within one step of onnxruntime's output."""
+    g = QDQGraph(np.uint8)
+    g.inits.append(_init("scales", np.array([1, 1, 2, 2], np.float32)))
+    out = g.op("Resize", [g.input("x", (1, 2, 3, 3)), "", "scales"], "r", scale=0.05,
+               zp=128 if case == "another zero point" else 130, mode="nearest" if case != "linear mode" else "linear")
+    model = g.model([out])
+    sess = _session(model)
+    assert _ops(sess).get("DequantizeLinear") == 2, _ops(sess)  # the DQ before the Resize, the output's
+    got, want = sess.run(None, g.feeds)[0], ort_run(model, g.feeds)[0]
+    assert np.abs(got - want).max() <= 0.05 * 1.0001

@@ -12,9 +12,10 @@ rewrite reads the quantized tensors and writes the QuantizeLinear's output:
 - Gemm -> com.microsoft QGemm (quantized out with the QuantizeLinear, float32 without one);
 - Softmax, Sigmoid, LeakyRelu, AveragePool, GlobalAveragePool -> com.microsoft QLinear<op>;
 - Add, Mul -> com.microsoft QLinearAdd / QLinearMul; Concat -> com.microsoft QLinearConcat;
-- Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Gather, GatherElements, Slice, Expand, Tile, and MaxPool (with
-  a positive scale) run on the quantized tensor itself where the DequantizeLinear and QuantizeLinear have one and
-  the same scale and zero point (then they only move values).
+- Reshape, Transpose, Squeeze, Unsqueeze, Flatten, Gather, GatherElements, Slice, Expand, Tile, Split (a
+  QuantizeLinear after each output), Resize (nearest), and MaxPool, ReduceMax and ReduceMin (with a positive
+  scale) run on the quantized tensor itself where the DequantizeLinear and QuantizeLinear have one and the same
+  scale and zero point (then they only move or pick values); ArgMax reads the quantized tensor (a positive scale).
 Scales and zero points are float32 scales and constants, one value each (per channel where said). A
 DequantizeLinear that other nodes read stays for them: onnxruntime gives each group a copy of it first.
 
@@ -52,7 +53,7 @@ MS_DOMAIN = "com.microsoft"
 _CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 _POOL_ATTRS = ("auto_pad", "ceil_mode", "count_include_pad", "kernel_shape", "pads", "strides")
 MOVEMENT_OPS = ("Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Gather", "GatherElements", "Slice",
-                "Expand", "Tile")
+                "Expand", "Tile", "Split", "Resize", "MaxPool", "ReduceMax", "ReduceMin")
 
 
 def _dq(v: Value | None) -> Node | None:
@@ -103,20 +104,25 @@ class Group:
     target: Node
     dqs: list[Node | None]  # per input of the target: its DequantizeLinear, None where it has none
     act: Node | None  # a Relu / Clip the QuantizeLinear makes redundant
-    q: Node | None  # None: no QuantizeLinear reads the target's output (MatMulIntegerToFloat only)
+    qs: list[Node]  # the QuantizeLinear reading each output; none where no QuantizeLinear reads the one output
+
+    @property
+    def q(self) -> Node | None:
+        return self.qs[0] if self.qs else None
 
 
 def _group(target: Node, graph: Graph, dequantized: tuple[int, ...] | None) -> Group | None:
     """The group around `target` whose inputs `dequantized` (all present ones when None) are DequantizeLinear
     outputs (and no others are), as onnxruntime's selectors find it; None where the QuantizeLinear after it is not
     the only reader, or a Relu / Clip before it is not redundant."""
-    if len(target.outputs) != 1:
-        return None
     dqs = [_dq(v) for v in target.inputs]
     present = [i for i, v in enumerate(target.inputs) if v is not None]
     wanted = present if dequantized is None else [i for i in dequantized if i in present]
     if not wanted or any((dqs[i] is not None) != (i in wanted) for i in present):
         return None
+    if len(target.outputs) != 1:  # (Split) a QuantizeLinear the only reader of each output
+        qs = [only_consumer(y, graph) for y in target.outputs]
+        return Group(target, dqs, None, qs) if all(_is_q(q, y) for q, y in zip(qs, target.outputs)) else None
     y = target.outputs[0]
     act = only_consumer(y, graph)
     if act is not None and act.op_type in ("Relu", "Clip") and act.domain == "" and len(act.outputs) == 1 \
@@ -124,11 +130,11 @@ def _group(target: Node, graph: Graph, dequantized: tuple[int, ...] | None) -> G
         q = only_consumer(act.outputs[0], graph)
         if not _is_q(q, act.outputs[0]) or not _made_redundant(act, q, graph):
             return None
-        return Group(target, dqs, act, q)
+        return Group(target, dqs, act, [q])
     if not any(n.op_type == "QuantizeLinear" and n.domain == "" for n, _ in y.uses):
-        return Group(target, dqs, None, None)
+        return Group(target, dqs, None, [])
     q = only_consumer(y, graph)  # (None where y is also a graph output or read by others)
-    return Group(target, dqs, None, q) if _is_q(q, y) else None
+    return Group(target, dqs, None, [q]) if _is_q(q, y) else None
 
 
 def _is_q(q: Node | None, v: Value) -> bool:
@@ -187,7 +193,7 @@ def _one_type(values: list[Value], graph: Graph) -> int | None:
 def _per_tensor_group(g: Group, graph: Graph, types: dict) -> bool:
     """Every Q / DQ of `g` per tensor, with constant parameters, its quantized tensors of one of `types`, one
     type (_one_type)."""
-    nodes = [n for n in g.dqs if n is not None] + [g.q]
+    nodes = [n for n in g.dqs if n is not None] + g.qs
     elem = _one_type([_quantized_side(n) for n in nodes], graph)
     return elem in types and all(_scalar_params(n, graph, _np_of(n)) is not None for n in nodes)
 
@@ -346,25 +352,37 @@ def _concat(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
 
 
 def _movement(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
-    """The op itself on the quantized tensor, where its DequantizeLinear and QuantizeLinear have one scale and zero
-    point (8- or 16-bit; MaxPool: 8-bit, a positive scale)."""
+    """The op itself on the quantized tensor, where its DequantizeLinear and each QuantizeLinear have one scale and
+    zero point (8- or 16-bit; MaxPool, ReduceMax, ReduceMin: 8-bit and a positive scale; Resize: 8-bit, nearest
+    mode, whose values are copies)."""
     node = g.target
-    if g.q is None or g.act is not None:
+    if not g.qs or g.act is not None:
         return None
-    types = EIGHT_BIT if node.op_type == "MaxPool" else EIGHT_BIT | SIXTEEN_BIT
-    if not _per_tensor_group(g, graph, types):
+    eight_bit_only = node.op_type in ("MaxPool", "ReduceMax", "ReduceMin", "Resize")
+    if not _per_tensor_group(g, graph, EIGHT_BIT if eight_bit_only else EIGHT_BIT | SIXTEEN_BIT):
+        return None
+    if node.op_type == "Resize" and attr_value(node, "mode", "nearest") not in ("nearest", b"nearest"):
         return None
     dtype = _np_of(g.q)
-    dq_params, q_params = _scalar_params(g.dqs[0], graph, dtype), _scalar_params(g.q, graph, dtype)
-    if dq_params != q_params or (node.op_type == "MaxPool" and not q_params[0] > 0):
+    params = {_scalar_params(n, graph, dtype) for n in [g.dqs[0]] + g.qs}
+    if len(params) != 1 or (node.op_type in ("MaxPool", "ReduceMax", "ReduceMin") and not next(iter(params))[0] > 0):
         return None
     return Rewrite(node.op_type, node.domain, [g.dqs[0].inputs[0]] + node.inputs[1:], dict(node.attributes))
 
 
+def _argmax(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
+    """ArgMax of the quantized tensor (onnxruntime drops its DequantizeLinear): the same index where the scale is
+    positive (8-bit, per tensor)."""
+    dq = g.dqs[0]
+    params = _scalar_params(dq, graph, _np_of(dq)) if _elem(dq.inputs[0]) in EIGHT_BIT else None
+    if g.qs or params is None or not params[0] > 0:
+        return None
+    return Rewrite("ArgMax", "", [dq.inputs[0]], dict(g.target.attributes))
+
+
 # op type -> (the inputs that are dequantized, None for all present ones; the rewrite)
 RULES = {"Conv": (None, _conv), "MatMul": ((0, 1), _matmul), "Gemm": (None, _gemm), "Add": ((0, 1), _binary),
-         "Mul": ((0, 1), _binary),
-         "Concat": (None, _concat), "MaxPool": ((0,), _movement)}
+         "Mul": ((0, 1), _binary), "Concat": (None, _concat), "ArgMax": ((0,), _argmax)}
 RULES.update({op: ((0,), _unary) for op in ("Softmax", "Sigmoid", "LeakyRelu", "AveragePool", "GlobalAveragePool")})
 RULES.update({op: ((0,), _movement) for op in MOVEMENT_OPS})
 
@@ -384,15 +402,16 @@ def fuse_qdq_groups(graph: Graph, ctx: PassContext) -> int:
         return 0
     found = [f for f in (_found(n, graph, ctx) for n in list(graph.nodes)) if f is not None]
     for g, r in found:
-        last = g.q or g.target
+        outputs = [q.outputs[0] for q in g.qs] or g.target.outputs
         if r.domain == MS_DOMAIN:
             ctx.use_domain(MS_DOMAIN, 1)
-        node = Node(r.op_type, r.inputs, [last.outputs[0]], domain=r.domain,
+        node = Node(r.op_type, r.inputs, outputs, domain=r.domain,
                     name=g.target.name or fresh_name(graph, r.op_type), attributes=r.attributes,
                     opset=1 if r.domain == MS_DOMAIN else g.target.opset)
-        graph.insert_before(last, node)  # (after every input of the group, the QuantizeLinear's included)
+        # (after every input of the group, the QuantizeLinear's included)
+        graph.insert_before(min(g.qs, key=graph.nodes.index) if g.qs else g.target, node)
         read = [v for v in g.target.inputs if v is not None]
-        for n in (g.q, g.act, g.target):
+        for n in g.qs + [g.act, g.target]:
             if n is not None:
                 graph.remove(n)
         remove_dead_producers(graph, read)  # the DequantizeLinear nodes no one else reads
