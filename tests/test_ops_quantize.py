@@ -356,7 +356,8 @@ def _gemm_by_kernel(igemm, a, b, dot_types):
     out = np.empty((1, m, n), np.int32)
     zeros_m, zeros_n = np.zeros((1, m), np.int32), np.zeros((1, n), np.int32)
     igemm(at, bp, zeros_m, zeros_m, zeros_n, zeros_n, zeros_m, np.ones((1, m), np.float32),
-             np.ones((1, n), np.float32), False, 0, np.float32(0), np.float32(0), out, 0, panels * -(-m // kq.MR))
+          np.ones((1, n), np.float32), np.zeros((1, n), np.float32), False, 0, np.float32(0), np.float32(0), out, 0,
+          panels * -(-m // kq.MR))
     return out[0]
 
 
@@ -544,12 +545,12 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul():
 
 @pytest.mark.parametrize("a_type", [np.uint8, np.int8])
 def test_products_with_constant_b_prepared_per_shape_follow_each_run(a_type):
-    """MatMulInteger and MatMulIntegerToFloat with a constant B (prepared once per A's shape: ConstantBProducts)
-    give onnxruntime's outputs run after run as A, its zero point and its scale change, for 2-D and 3-D A of
-    several shapes in one session, B's zero point per column."""
+    """MatMulInteger and MatMulIntegerToFloat (with a bias) with a constant B (prepared once per A's shape:
+    ConstantBProducts) give onnxruntime's outputs run after run as A, its zero point and its scale change, for 2-D
+    and 3-D A of several shapes in one session, B's zero point per column."""
     rng = _rng()
-    b = _ints(np.int8, (40, 24), rng)
-    zb = _ints(np.int8, (24,), rng)
+    b = _ints(np.int8, (40, 72), rng)  # (two whole panels and a part)
+    zb = _ints(np.int8, (72,), rng)
     info = np.iinfo(a_type)
     shape_a = ["N", "M", 40]
     for op, out_type in (("MatMulInteger", TP.INT32), ("MatMulIntegerToFloat", TP.FLOAT)):
@@ -558,9 +559,10 @@ def test_products_with_constant_b_prepared_per_shape_follow_each_run(a_type):
             ins = [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), shape_a),
                    helper.make_tensor_value_info("za", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), [])]
         else:
-            names = ["a", "b", "sa", "sb", "za", "zb"]
+            names = ["a", "b", "sa", "sb", "za", "zb", "bias"]  # (the bias added in the GEMM's epilogue)
             inits = [numpy_helper.from_array(b, "b"), numpy_helper.from_array(zb, "zb"),
-                     numpy_helper.from_array(rng.uniform(0.01, 0.02, 24).astype(np.float32), "sb")]
+                     numpy_helper.from_array(rng.uniform(0.01, 0.02, 72).astype(np.float32), "sb"),
+                     numpy_helper.from_array(rng.standard_normal(72).astype(np.float32), "bias")]
             ins = [helper.make_tensor_value_info("a", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), shape_a),
                    helper.make_tensor_value_info("sa", TP.FLOAT, []),
                    helper.make_tensor_value_info("za", helper.np_dtype_to_tensor_dtype(np.dtype(a_type)), [])]
@@ -748,8 +750,9 @@ def test_amx_tiles_give_the_register_kernels_results(m, k, n, batches, a_type):
             requant = y_dtype != np.int32
             rows = kq.AMX_ROWS if gemm is kq.igemm_amx else kq.MR
             gemm(at, bp, (za - a_off).astype(np.int32), rowsum, zb_t.astype(np.int32),
-                 (colsum - k * zb_t).astype(np.int32), bias, np.ones((1, m), np.float32), mult_c, requant, 3,
-                 np.float32(-3), np.float32(252), out, 0, batches * bp.shape[1] * -(-m // rows))
+                 (colsum - k * zb_t).astype(np.int32), bias, np.ones((1, m), np.float32), mult_c,
+                 np.zeros((1, n), np.float32), requant, 3, np.float32(-3), np.float32(252), out, 0,
+                 batches * bp.shape[1] * -(-m // rows))
             results.append(out)
         np.testing.assert_array_equal(results[1], results[0])
         if y_dtype == np.int32:
@@ -762,6 +765,6 @@ def test_amx_tiles_give_the_register_kernels_results(m, k, n, batches, a_type):
     out = np.empty((batches, m, n), np.int32)
     ones_m = np.ones((1, m), np.float32)
     amx_gemm(at, b_op[0], np.zeros((1, m), np.int32), rowsum, np.zeros((1, n), np.int32), np.zeros((1, n), np.int32),
-             np.zeros((1, m), np.int32), ones_m, np.ones((1, n), np.float32), False, 0, np.float32(0), np.float32(0),
-             out, 0, 0)
+             np.zeros((1, m), np.int32), ones_m, np.ones((1, n), np.float32), np.zeros((1, n), np.float32), False, 0,
+             np.float32(0), np.float32(0), out, 0, 0)
     assert re.search(r"\btdpbusd\b", amx_gemm.inspect_asm(amx_gemm.signatures[0]))

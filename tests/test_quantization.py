@@ -270,6 +270,43 @@ def test_dynamic_matmuls_run_as_matmul_integer_to_float(tmp_path, per_channel):
     np.testing.assert_array_equal(outs[onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL], want[0])
 
 
+def test_bias_add_after_a_dynamic_matmul_goes_into_its_epilogue(tmp_path):
+    """A bias Add after quantize_dynamic's MatMul, read by no elementwise op (a Reshape, a graph output), becomes
+    MatMulIntegerToFloat's bias, added in the GEMM's epilogue; one read by a Relu stays for the fuser's kernel.
+    Outputs bit-equal to the unfused steps' and to onnxruntime's."""
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h1"], "mm1"),
+             helper.make_node("Add", ["h1", "b1"], ["h1b"], "add1"),
+             helper.make_node("Reshape", ["h1b", "shape"], ["r"], "reshape1"),
+             helper.make_node("MatMul", ["x", "W2"], ["h2"], "mm2"),
+             helper.make_node("Add", ["b2", "h2"], ["y2"], "add2"),
+             helper.make_node("MatMul", ["x", "W3"], ["h3"], "mm3"),
+             helper.make_node("Add", ["h3", "b3"], ["h3b"], "add3"),
+             helper.make_node("Relu", ["h3b"], ["y3"], "relu3")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                   [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r", "y2", "y3")],
+                   [_weight(rng, "W1", (16, 64)), _weight(rng, "b1", (64,), 0.1), _weight(rng, "W2", (16, 40)),
+                    _weight(rng, "b2", (40,), 0.1), _weight(rng, "W3", (16, 8)), _weight(rng, "b3", (8,), 0.1),
+                    numpy_helper.from_array(np.array([-1, 8, 8], np.int64), "shape")])
+    onnx.save(model, tmp_path / "m.onnx")
+    ortq.quantize_dynamic(tmp_path / "m.onnx", tmp_path / "q.onnx", per_channel=True)
+    feeds = {"x": rng.standard_normal((37, 16)).astype(np.float32)}
+    outs = {}
+    for level in (onnxjit.GraphOptimizationLevel.ORT_ENABLE_BASIC, onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = onnxjit.SessionOptions()
+        so.graph_optimization_level = level
+        sess = onnxjit.InferenceSession(str(tmp_path / "q.onnx"), so)
+        if level == onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL:
+            biased = [n for s in sess._compiled.steps for n in s.nodes
+                      if n.op_type == "MatMulIntegerToFloat" and len(n.inputs) > 6]
+            assert len(biased) == 2 and [n.op_type for s in sess._compiled.steps for n in s.nodes].count("Add") == 1
+        outs[level] = sess.run(None, feeds)
+    want = onnxruntime.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)
+    for basic, fused, expected in zip(*outs.values(), want):
+        np.testing.assert_array_equal(fused, basic)
+        np.testing.assert_array_equal(fused, expected)
+
+
 def test_quantize_dynamic_at_opset_10(tmp_path):
     """No DynamicQuantizeLinear before opset 11: the activation's scale and zero point are computed by nodes
     (onnxruntime's form does not widen the range to hold 0, so a positive-only input such as a Sigmoid's decodes

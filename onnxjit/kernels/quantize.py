@@ -165,23 +165,24 @@ def dot_words(typingctx, acc, a, ai, b, bi):
 
 
 @intrinsic
-def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, rs, za, extra, mr, requant, zy, lo, hi, out, o):
+def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra, mr, requant, zy, lo, hi, out, o):
     """out[o:o + IW] = the epilogue of one accumulator vector (see igemm), its columns' terms at zb[jz:],
-    ctr[jc:] and mc[jm:]: acc - zb * rs - za * ctr + extra in wrapping int32 arithmetic, then with `requant`
-    clamp(rint(float32(that) * (mr * mc)), lo, hi) + zy, stored in out's type (truncated to 8 bits as a scalar
-    store would); into a float32 out, float32(that) * (mr * mc) whatever `requant` says. Written as vector IR:
+    ctr[jc:], mc[jm:] and cb[jb:]: acc - zb * rs - za * ctr + extra in wrapping int32 arithmetic, then with
+    `requant` clamp(rint(float32(that) * (mr * mc)), lo, hi) + zy, stored in out's type (truncated to 8 bits as a
+    scalar store would); into a float32 out, float32(that) * (mr * mc) + cb whatever `requant` says (two
+    roundings, as onnxruntime's MatMulIntegerToFloat adds its bias). Written as vector IR:
     LLVM left the same loop over a tile's 32 columns to its scalar remainder (its vector loop took 64 a pass), 5
     cycles a value."""
-    arrays = (zb, ctr, mc, out)
-    indexes = (jz, jc, jm, o)
+    arrays = (zb, ctr, mc, cb, out)
+    indexes = (jz, jc, jm, jb, o)
     if acc != I32V or not all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 1 for t in arrays) \
-            or (zb.dtype, ctr.dtype, mc.dtype) != (types.int32, types.int32, types.float32) \
+            or (zb.dtype, ctr.dtype, mc.dtype, cb.dtype) != (types.int32, types.int32, types.float32, types.float32) \
             or out.dtype not in (types.int32, types.uint8, types.int8, types.float32) \
             or not all(isinstance(t, types.Integer) for t in indexes):
         return None
 
     def codegen(context, builder, sig, args):
-        mr_v, rq_v, lo_v, hi_v, out_a, o_v = args[10], args[11], args[13], args[14], args[15], args[16]
+        mr_v, rq_v, lo_v, hi_v, out_a, o_v = args[12], args[13], args[15], args[16], args[17], args[18]
         i32, f32 = ir.IntType(32), ir.FloatType()
         fvec = ir.VectorType(f32, IW)
 
@@ -195,38 +196,38 @@ def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, rs, za, extra, mr, req
         def load(k, vec):  # array k at the index after it
             return builder.load(_element_pointer(context, builder, sig.args[k], args[k], args[k + 1],
                                                  sig.args[k + 1], vec), align=4)
-        v = builder.sub(args[0], builder.mul(load(1, _I32VEC), splat(as_i32(7), _I32VEC)))
-        v = builder.sub(v, builder.mul(splat(as_i32(8), _I32VEC), load(3, _I32VEC)))
-        v = builder.add(v, splat(as_i32(9), _I32VEC))
-        out_ty = sig.args[15]
-        if out_ty.dtype == types.float32:  # the scaled sum itself (MatMulIntegerToFloat)
-            mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[10], types.float32), fvec), load(5, fvec))
-            builder.store(builder.fmul(builder.sitofp(v, fvec), mult),
-                          _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[16], fvec), align=4)
+        v = builder.sub(args[0], builder.mul(load(1, _I32VEC), splat(as_i32(9), _I32VEC)))
+        v = builder.sub(v, builder.mul(splat(as_i32(10), _I32VEC), load(3, _I32VEC)))
+        v = builder.add(v, splat(as_i32(11), _I32VEC))
+        out_ty = sig.args[17]
+        if out_ty.dtype == types.float32:  # the scaled sum itself (MatMulIntegerToFloat), plus the column's bias
+            mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[12], types.float32), fvec), load(5, fvec))
+            builder.store(builder.fadd(builder.fmul(builder.sitofp(v, fvec), mult), load(7, fvec)),
+                          _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[18], fvec), align=4)
             return context.get_dummy_value()
         bits = 32 if out_ty.dtype == types.int32 else 8
         store_vec = ir.VectorType(ir.IntType(bits), IW)
         ptr = _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[16], store_vec)
-        rq = context.cast(builder, rq_v, sig.args[11], types.boolean)
+        rq = context.cast(builder, rq_v, sig.args[13], types.boolean)
         with builder.if_else(rq) as (then, otherwise):
             with then:
-                mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[10], types.float32), fvec),
+                mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[12], types.float32), fvec),
                                     load(5, fvec))
                 f = builder.fmul(builder.sitofp(v, fvec), mult)
                 rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fvec, [fvec]),
                                                       f"llvm.rint.v{IW}f32")
                 f = builder.call(rint, [f])
-                lo_s = splat(context.cast(builder, lo_v, sig.args[13], types.float32), fvec)
-                hi_s = splat(context.cast(builder, hi_v, sig.args[14], types.float32), fvec)
+                lo_s = splat(context.cast(builder, lo_v, sig.args[15], types.float32), fvec)
+                hi_s = splat(context.cast(builder, hi_v, sig.args[16], types.float32), fvec)
                 f = builder.select(builder.fcmp_ordered(">", f, lo_s), f, lo_s)  # max(f, lo): f is never NaN
                 f = builder.select(builder.fcmp_ordered("<", f, hi_s), f, hi_s)
-                q = builder.add(builder.fptosi(f, _I32VEC), splat(as_i32(12), _I32VEC))
+                q = builder.add(builder.fptosi(f, _I32VEC), splat(as_i32(14), _I32VEC))
                 builder.store(q if bits == 32 else builder.trunc(q, store_vec), ptr, align=1)
             with otherwise:
                 builder.store(v if bits == 32 else builder.trunc(v, store_vec), ptr, align=1)
         return context.get_dummy_value()
 
-    return types.none(acc, zb, jz, ctr, jc, mc, jm, rs, za, extra, mr, requant, zy, lo, hi, out, o), codegen
+    return types.none(acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra, mr, requant, zy, lo, hi, out, o), codegen
 
 
 # --- QuantizeLinear / DequantizeLinear ------------------------------------------------------------------------
@@ -467,14 +468,15 @@ def pack_rows(a3, offset, at, rowsum):
 
 
 @njit(cache=True, nogil=True)
-def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi, out, u0, u1):
+def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, col_bias, requant, zy, lo, hi, out, u0, u1):
     """out[b] = (a[b] - za) @ (B[b] - zb) + bias (int32), or with `requant` rint(that * mult_r[m] * mult_c[n])
     clamped to [lo, hi] (the output type's range less zy) plus zy, or into a float32 out that * mult_r[m] *
-    mult_c[n], over units [u0, u1) of (batch, panel, block of MR rows).
+    mult_c[n] + col_bias[n], over units [u0, u1) of (batch, panel, block of MR rows).
 
     a: (Ba, M', Kp) A's rows as stored (DOT_TYPES), M' >= M rows, Kp a multiple of the word size, zero-padded;
     bp: (Bb, panels, Kp / G * NR * G) B packed (pack_columns); out (B, M, N). Per-row arrays (za' = A's zero
-    points as stored, rowsum, bias, mult_r) are (Ba', M) and per-column ones (zb', colterm, mult_c) (Bb', N), each
+    points as stored, rowsum, bias, mult_r) are (Ba', M) and per-column ones (zb', colterm, mult_c, col_bias) (Bb',
+    N), each
     read at batch b % its leading size (1 or the operand's batches; for a grouped conv, A's batches are the
     groups)."""
     m, n = out.shape[1], out.shape[2]
@@ -488,6 +490,7 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
     tile = np.empty(MR * NR, np.int32)
     half = IW * g_words
     zbf, ctf, mcf, of = zb.reshape(-1), colterm.reshape(-1), mult_c.reshape(-1), out.reshape(-1)
+    cbf = col_bias.reshape(-1)
     for u in range(u0, u1):
         rb = u % row_blocks
         bpn = u // row_blocks
@@ -518,15 +521,17 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
             jz = (b % zb.shape[0]) * n + n0
             jc = (b % colterm.shape[0]) * n + n0
             jm = (b % mult_c.shape[0]) * n + n0
+            jb = (b % col_bias.shape[0]) * n + n0
             o = (b * m + r0) * n + n0
             for r in range(MR):
                 c0, c1 = (c00, c01) if r == 0 else (c10, c11) if r == 1 else (c20, c21) if r == 2 else (c30, c31)
                 mm = r0 + r
                 rs, zam = rowsum[b % rowsum.shape[0], mm], za[b % za.shape[0], mm]
                 extra, mr = bias[b % bias.shape[0], mm], mult_r[b % mult_r.shape[0], mm]
-                finish_lanes(c0, zbf, jz, ctf, jc, mcf, jm, rs, zam, extra, mr, requant, zy, lo, hi, of, o + r * n)
-                finish_lanes(c1, zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, rs, zam, extra, mr, requant, zy, lo, hi, of,
-                             o + r * n + IW)
+                finish_lanes(c0, zbf, jz, ctf, jc, mcf, jm, cbf, jb, rs, zam, extra, mr, requant, zy, lo, hi, of,
+                             o + r * n)
+                finish_lanes(c1, zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, cbf, jb + IW, rs, zam, extra, mr, requant,
+                             zy, lo, hi, of, o + r * n + IW)
             continue
         vstore_i32(tile, 0, c00)
         vstore_i32(tile, IW, c01)
@@ -537,7 +542,7 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo,
         vstore_i32(tile, 3 * NR, c30)
         vstore_i32(tile, 3 * NR + IW, c31)
         _finish_tile(tile, b, r0, rows, n0, min(NR, n - n0), za, rowsum, zb, colterm, bias, mult_r,
-                     mult_c, requant, zy, lo, hi, out)
+                     mult_c, col_bias, requant, zy, lo, hi, out)
 
 
 @njit(cache=True, nogil=True, forceinline=True)
@@ -551,7 +556,7 @@ def _amx_unit(u, panels, row_blocks, panels_fastest):
 
 
 @njit(cache=True, nogil=True)
-def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi, out, u0, u1):
+def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, col_bias, requant, zy, lo, hi, out, u0, u1):
     """igemm on AMX tiles, over units [u0, u1) of (batch, panel, block of AMX_ROWS rows): per unit four 16 x 16
     int32 tiles (two row tiles of A by B's panel as two 16-column tiles) summed over K in steps of 64 by tdpbusd,
     then igemm's epilogue. a (Ba, M', Kp) with M' a multiple of AMX_ROWS and Kp of 64 (zero rows and columns past
@@ -569,6 +574,7 @@ def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
     af = a.reshape(-1)
     bf = bp.reshape(-1)
     zbf, ctf, mcf, of = zb.reshape(-1), colterm.reshape(-1), mult_c.reshape(-1), out.reshape(-1)
+    cbf = col_bias.reshape(-1)
     word_row = NR * 4  # bytes of a panel's row of words (4 K values for each of its NR columns)
     steps = kp // amx.ROW_BYTES
     k_blocks = max(1, (steps + AMX_K_STEPS - 1) // AMX_K_STEPS)  # (K = 0: one block of no steps, sums of 0)
@@ -627,11 +633,12 @@ def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
                 if n0 + NR > n:  # the last panel's columns past N: the scalar epilogue
                     tile[:] = sums[t0:t0 + tile_size]
                     _finish_tile(tile, b, r0, rows, n0, n - n0, za, rowsum, zb, colterm, bias, mult_r, mult_c,
-                                 requant, zy, lo, hi, out)
+                                 col_bias, requant, zy, lo, hi, out)
                     continue
                 jz = (b % zb.shape[0]) * n + n0
                 jc = (b % colterm.shape[0]) * n + n0
                 jm = (b % mult_c.shape[0]) * n + n0
+                jb = (b % col_bias.shape[0]) * n + n0
                 o = (b * m + r0) * n + n0
                 # the per-row arrays' rows for this batch, once per unit (four divisions a row cost as much as its
                 # dots)
@@ -641,10 +648,10 @@ def igemm_amx(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy,
                     mm = r0 + r
                     rs, zam, extra, mr = rs_b[mm], za_b[mm], bias_b[mm], mr_b[mm]
                     t = t0 + r * NR
-                    finish_lanes(vload_i32(sums, t), zbf, jz, ctf, jc, mcf, jm, rs, zam, extra, mr, requant, zy, lo,
-                                 hi, of, o + r * n)
-                    finish_lanes(vload_i32(sums, t + IW), zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, rs, zam, extra,
-                                 mr, requant, zy, lo, hi, of, o + r * n + IW)
+                    finish_lanes(vload_i32(sums, t), zbf, jz, ctf, jc, mcf, jm, cbf, jb, rs, zam, extra, mr, requant,
+                                 zy, lo, hi, of, o + r * n)
+                    finish_lanes(vload_i32(sums, t + IW), zbf, jz + IW, ctf, jc + IW, mcf, jm + IW, cbf, jb + IW, rs,
+                                 zam, extra, mr, requant, zy, lo, hi, of, o + r * n + IW)
     tile_release()
 
 
@@ -664,12 +671,13 @@ def _writes_float_impl(out):
 
 
 @njit(cache=True, nogil=True)
-def _finish_tile(tile, b, r0, rows, n0, cols, za, rowsum, zb, colterm, bias, mult_r, mult_c, requant, zy, lo, hi,
-                 out):
+def _finish_tile(tile, b, r0, rows, n0, cols, za, rowsum, zb, colterm, bias, mult_r, mult_c, col_bias, requant, zy,
+                 lo, hi, out):
     """The epilogue of one register tile: zero-point terms, bias, and the requantization (see igemm), in int32
     arithmetic that wraps as onnxruntime's accumulators do."""
     m, n = out.shape[1], out.shape[2]
     zbr, ctr, mcr = zb[b % zb.shape[0]], colterm[b % colterm.shape[0]], mult_c[b % mult_c.shape[0]]
+    cbr = col_bias[b % col_bias.shape[0]]
     of = out.reshape(-1)
     for r in range(rows):
         mm = r0 + r
@@ -682,7 +690,7 @@ def _finish_tile(tile, b, r0, rows, n0, cols, za, rowsum, zb, colterm, bias, mul
         if _writes_float(out):  # the scaled sum itself (see finish_lanes)
             for j in range(cols):
                 acc = np.int32(tile[_u(t + j)] - zbr[_u(n0 + j)] * rs - zam * ctr[_u(n0 + j)] + extra)
-                of[_u(o + j)] = np.float32(acc) * (mr * mcr[_u(n0 + j)])
+                of[_u(o + j)] = np.float32(acc) * (mr * mcr[_u(n0 + j)]) + cbr[_u(n0 + j)]
         elif requant:
             for j in range(cols):
                 acc = np.int32(tile[_u(t + j)] - zbr[_u(n0 + j)] * rs - zam * ctr[_u(n0 + j)] + extra)

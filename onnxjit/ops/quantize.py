@@ -45,8 +45,8 @@ from onnxjit.ir.types import TensorType, elem_type_of, np_dtype
 from onnxjit.kernels import quantize as kq
 from onnxjit.ops.cast import FLOAT8
 from onnxjit.ops.nn import (AUTO_PADS, ConstantDerived, constant_input, conv_attributes, conv_geometry,
-                            conv_kernel_of, is_constant, pad3, pool_attributes, pool_runner, rank_of, ro, shape5_of,
-                            wanted_outputs)
+                            conv_kernel_of, is_constant, pad3, pool_attributes, pool_runner, rank_of, ro, ro_reshaped,
+                            shape5_of, wanted_outputs)
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.worker_pool import CallSite, run_units
 
@@ -316,10 +316,12 @@ def b_matrix_operand(b3):
     return b_operand(b3.reshape(bb, k, 1, 1, n), 1, (1, 1, 1), (1, 1, 1), (1, 1, 1), (0, 0, 0), (1, 1, n), 0)
 
 
-def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None, zy=0, y_range=None):
+def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None, zy=0, y_range=None,
+                 col_bias=None):
     """out (B, M, N) = (A - za) @ (B - zb) [+ bias] as int32, or, given y_range (the lowest and highest value of
-    out's dtype), requantized: saturate(rint(that * mult_r * mult_c) + zy). za, bias and mult_r are per row of A
-    ((Ba', M), Ba' 1 or A's batches), zb and mult_c per column of B ((Bb', N)); zero points as given."""
+    out's dtype), requantized: saturate(rint(that * mult_r * mult_c) + zy), or into a float32 out that * mult_r *
+    mult_c + col_bias. za, bias and mult_r are per row of A ((Ba', M), Ba' 1 or A's batches), zb, mult_c and
+    col_bias per column of B ((Bb', N)); zero points as given."""
     at, rowsum, a_off = a_op
     bp, colsum, b_off = b_op
     nb, m, n = out.shape
@@ -332,15 +334,27 @@ def integer_gemm(a_op, za, b_op, zb, k, out, bias=None, mult_r=None, mult_c=None
     bias = np.zeros((1, m), np.int32) if bias is None else bias
     mult_r = np.ones((1, m), np.float32) if mult_r is None else mult_r
     mult_c = np.ones((1, n), np.float32) if mult_c is None else mult_c
+    col_bias = no_column_bias(n) if col_bias is None else ro(np.asarray(col_bias, np.float32))
     units = nb * bp.shape[1] * -(-m // kq.IGEMM_ROWS)
     run_units(kq.IGEMM, (at, bp, _i32(np.asarray(za, np.int64) - a_off), rowsum, _i32(zb_t), colterm, _i32(bias),
-                         ro(np.asarray(mult_r, np.float32)), ro(np.asarray(mult_c, np.float32)), requant, int(zy), lo,
-                         hi, out), units, nb * m * n * at.shape[2])
+                         ro(np.asarray(mult_r, np.float32)), ro(np.asarray(mult_c, np.float32)), col_bias, requant,
+                         int(zy), lo, hi, out), units, nb * m * n * at.shape[2])
     return out
 
 
 def _i32(v):
     return ro(np.asarray(v).astype(np.int32))
+
+
+_NO_COLUMN_BIAS: dict = {}
+
+
+def no_column_bias(n):
+    """Zeros for the GEMM's float bias (1, n), made once per width."""
+    z = _NO_COLUMN_BIAS.get(n)
+    if z is None:
+        z = _NO_COLUMN_BIAS[n] = ro(np.zeros((1, n), np.float32))
+    return z
 
 
 def _points(op, name, zp, batch, rows, cols, per_row):
@@ -394,10 +408,11 @@ def _as_matrices(b):
     return b_matrix_operand(b.reshape(1, -1, 1) if b.ndim == 1 else b.reshape((-1,) + b.shape[-2:]))
 
 
-def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, scales=None):
+def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, scales=None, col_bias=None):
     """The MatMul-like product (A - za) @ (B - zb): int32 (MatMulInteger), or requantized into y_dtype with the
     per-column multipliers mult_c and zero point zy (QLinearMatMul), or with `scales` (A's scale, B's per tensor
-    or per column) float32 `product * (a_scale * b_scale)` (MatMulIntegerToFloat), each in the GEMM's epilogue.
+    or per column) float32 `product * (a_scale * b_scale)` (MatMulIntegerToFloat) plus col_bias (N,) where given,
+    each in the GEMM's epilogue.
     packed_b: a ConstantDerived packing the node's constant B (used where B is it and its batch is not
     broadcast)."""
     ms.check_8bit(op, A=a, B=b)
@@ -421,7 +436,8 @@ def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, 
         info = np.iinfo(y_dtype)
         y_range = (int(info.min), int(info.max))
         mult_c = _points(op, "the scale of B", mult_c, batch, m, n, False)
-    integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_r=mult_r, mult_c=mult_c, zy=zy, y_range=y_range)
+    integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_r=mult_r, mult_c=mult_c, zy=zy, y_range=y_range,
+                 col_bias=None if col_bias is None else np.asarray(col_bias, np.float32).reshape(1, n))
     return out.reshape(out_shape)
 
 
@@ -443,8 +459,9 @@ class ConstantBProducts:
         return self.b is not None and self.b.ndim == 2 and is_constant(b, self.b) and is_constant(zb, self.zb) \
             and is_constant(b_scale, self.b_scale)
 
-    def run(self, a, za, a_scale=None):
-        """The product for A (its zero point `za` one value; `a_scale` with a float output), or None."""
+    def run(self, a, za, a_scale=None, col_bias=None):
+        """The product for A (its zero point `za` one value; `a_scale` with a float output, plus col_bias (N,)
+        where given), or None."""
         if np.ndim(za) > 1 or np.size(za) != 1 or type(a) is not np.ndarray or a.ndim < 2:
             return None
         key = (a.shape, a.dtype.char, a_scale is None)
@@ -459,8 +476,9 @@ class ConstantBProducts:
         za2 = np.full((1, m), int(np.asarray(za).reshape(-1)[0]) - a_off, np.int32)
         mult_r = rest[4] if a_scale is None else np.full((1, m), a_scale, np.float32)
         out = np.empty((1, m, out_shape[-1]), out_dtype)
-        site.run((at, rest[0], za2, rowsum, rest[1], rest[2], rest[3], mult_r, rest[5], False, 0, np.float32(0),
-                  np.float32(0), out), units, work)
+        col_bias = no_column_bias(out.shape[-1]) if col_bias is None else col_bias
+        site.run((at, rest[0], za2, rowsum, rest[1], rest[2], rest[3], mult_r, rest[5], col_bias, False, 0,
+                  np.float32(0), np.float32(0), out), units, work)
         return out.reshape(out_shape)
 
     def _prepare(self, a, int_output):
@@ -799,15 +817,21 @@ def build_qlinear_concat(node):
     return run
 
 
-def _float_product(op, a, za, b, zb, packed_b, a_scale, b_scale, bias):
-    """(A - za) @ (B - zb) * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul:
-    the scaling in the GEMM's epilogue, as contrib.microsoft.quantized.to_float rounds it (the float32 product
-    of the int32 sum and the float32 product of the scales), then the bias."""
-    y = integer_matmul(op, a, za, b, zb, packed_b, scales=(a_scale, np.asarray(b_scale)))
-    n = b.shape[-1]
-    if bias is not None and bias.shape != (n,):
+def _column_bias(op, bias, n):
+    """The bias of MatMulIntegerToFloat / DynamicQuantizeMatMul as the GEMM's float column bias (1, n)."""
+    if bias is None:
+        return None
+    if bias.shape != (n,):
         raise ValueError(f"{op}: bias must have shape ({n},), got {bias.shape}")
-    return y if bias is None else y + np.asarray(bias, np.float32)
+    return ro_reshaped(bias, (1, n), np.float32)
+
+
+def _float_product(op, a, za, b, zb, packed_b, a_scale, b_scale, bias):
+    """(A - za) @ (B - zb) * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul,
+    in the GEMM's epilogue as contrib.microsoft.quantized.to_float rounds it (the float32 product of the int32 sum
+    and the float32 product of the scales, then the bias added: two roundings, as onnxruntime's)."""
+    return integer_matmul(op, a, za, b, zb, packed_b, scales=(a_scale, np.asarray(b_scale)),
+                          col_bias=_column_bias(op, bias, b.shape[-1]))
 
 
 @register_op("MatMulIntegerToFloat", domain=MS_DOMAIN)
@@ -821,8 +845,9 @@ def build_matmul_integer_to_float(node):
 
     def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
         op = "MatMulIntegerToFloat"
-        if bias is None and prepared.holds(b, b_zp, b_scale):
-            y = prepared.run(a, 0 if a_zp is None else a_zp, ms.scalar(op, "a_scale", a_scale))
+        if prepared.holds(b, b_zp, b_scale):
+            y = prepared.run(a, 0 if a_zp is None else a_zp, ms.scalar(op, "a_scale", a_scale),
+                             _column_bias(op, bias, b.shape[-1]))
             if y is not None:
                 return (y,)
         return (_float_product(op, a, 0 if a_zp is None else a_zp, b, 0 if b_zp is None else b_zp, packed_b,
