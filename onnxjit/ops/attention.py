@@ -153,8 +153,9 @@ def attention(a: AttentionAttrs, q, k, v, mask=None, past_key=None, past_value=N
     elif out.size or (want_qk and qk.size):
         bias, causal, offset = _bias(mask, nonpad_kv_seqlen, a, (batch, heads, s, total), past, dtype)
         has_bias = bias is not None
-        if not has_bias:
-            bias = np.broadcast_to(np.zeros((1, 1, 1, 1), dtype), (batch, heads, s, total))
+        # the bias as the kernel reads it: C-contiguous, its broadcast dims (zero strides) of size 1
+        bias = np.ascontiguousarray(bias[tuple(slice(0, 1) if st == 0 else slice(None) for st in bias.strides)]) \
+            if has_bias else np.zeros((1, 1, 1, 1), dtype)
         scale = 1 / math.sqrt(d) if a.scale is None else a.scale
         work = 2 * batch * heads * s * total * (d + v.shape[3])
         q_rows = -(-s // query_blocks(batch * heads, s, work))

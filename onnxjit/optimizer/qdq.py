@@ -184,7 +184,7 @@ def _quantized_side(node: Node) -> Value:
     return node.inputs[0] if node.op_type == "DequantizeLinear" else node.outputs[0]
 
 
-def _one_type(values: list[Value], graph: Graph) -> int | None:
+def _one_type(values: list[Value]) -> int | None:
     """The element type of `values`, where they have one, else None."""
     declared = {_elem(v) for v in values}
     return next(iter(declared)) if len(declared) == 1 else None
@@ -194,7 +194,7 @@ def _per_tensor_group(g: Group, graph: Graph, types: dict) -> bool:
     """Every Q / DQ of `g` per tensor, with constant parameters, its quantized tensors of one of `types`, one
     type (_one_type)."""
     nodes = [n for n in g.dqs if n is not None] + g.qs
-    elem = _one_type([_quantized_side(n) for n in nodes], graph)
+    elem = _one_type([_quantized_side(n) for n in nodes])
     return elem in types and all(_scalar_params(n, graph, _np_of(n)) is not None for n in nodes)
 
 
@@ -204,8 +204,8 @@ def _np_of(node: Node):
 
 
 def _conv(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
-    """X's DequantizeLinear and the QuantizeLinear per tensor, of one 8-bit type (uint8, or int8 where int8
-    activations are allowed, with int8 weights); W's DequantizeLinear of an 8-bit constant, per tensor or per
+    """X's DequantizeLinear and the QuantizeLinear per tensor, of one 8-bit type (int8 with int8 weights only,
+    onnxruntime's rule); W's DequantizeLinear of an 8-bit constant, per tensor or per
     output channel (axis 0); B's, where there is one, of an int32 constant with zero point 0 whose scale is
     x_scale * w_scale as float32 computes it (what quantizers write; a bias of another scale would be rounded
     differently by QLinearConv, so that Conv stays)."""
@@ -214,8 +214,8 @@ def _conv(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
         return None
     dq_x, dq_w = g.dqs[0], g.dqs[1]
     dq_b = g.dqs[2] if len(conv.inputs) == 3 else None
-    x_type, w = _one_type([dq_x.inputs[0], g.q.outputs[0]], graph), const_value(dq_w.inputs[0], graph)
-    if not _activation_type(x_type) or w is None \
+    x_type, w = _one_type([dq_x.inputs[0], g.q.outputs[0]]), const_value(dq_w.inputs[0], graph)
+    if x_type not in EIGHT_BIT or w is None \
             or w.dtype not in (np.uint8, np.int8) or w.ndim < 3 \
             or (x_type == TensorProto.INT8 and w.dtype != np.int8):
         return None
@@ -239,21 +239,15 @@ def _conv(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     return Rewrite("QLinearConv", "", inputs, {k: a for k, a in conv.attributes.items() if k in _CONV_ATTRS})
 
 
-def _activation_type(elem: int | None) -> bool:
-    """Whether Conv and MatMul groups take activations of type `elem` (_one_type): 8-bit (see the module
-    docstring on int8)."""
-    return elem in EIGHT_BIT
-
-
 def _matmul(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     """A and its DequantizeLinear per tensor; B 8-bit (int8 where A is), per tensor, or per column where it is a
     constant matrix (axis 1 or -1); QLinearMatMul with the QuantizeLinear (per tensor), MatMulIntegerToFloat
     (float32 out) without one."""
     dq_a, dq_b = g.dqs
-    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []), graph)
+    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []))
     b_type = _elem(dq_b.inputs[0])
-    if not _activation_type(a_type) \
-            or b_type not in EIGHT_BIT or (a_type == TensorProto.INT8 and b_type != TensorProto.INT8):
+    if a_type not in EIGHT_BIT or b_type not in EIGHT_BIT \
+            or (a_type == TensorProto.INT8 and b_type != TensorProto.INT8):
         return None
     b = const_value(dq_b.inputs[0], graph)
     columns = b.shape[1] if b is not None and b.ndim == 2 else None
@@ -277,7 +271,7 @@ def _gemm(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     node = g.target
     dq_a, dq_b = g.dqs[0], g.dqs[1]
     dq_c = g.dqs[2] if len(node.inputs) == 3 else None
-    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []), graph)
+    a_type = _one_type([dq_a.inputs[0]] + ([g.q.outputs[0]] if g.q is not None else []))
     b = const_value(dq_b.inputs[0], graph)
     if a_type not in EIGHT_BIT or b is None or b.dtype not in (np.uint8, np.int8) or b.ndim != 2 \
             or (a_type == TensorProto.INT8 and b.dtype != np.int8) or int(attr_value(node, "transA", 0)):
