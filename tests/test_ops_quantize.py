@@ -419,8 +419,11 @@ def _scalars(dtype, **values):
 
 @pytest.mark.parametrize("op", ["QLinearAdd", "QLinearMul"])
 @pytest.mark.parametrize("dtype,shapes", [(np.uint8, ((3, 4, 50), (4, 50))), (np.int8, ((2, 1, 5), (3, 1))),
-                                          (np.uint8, ((7,), ()))])
+                                          (np.uint8, ((7,), ())), (np.uint8, ((3, 4, 50), (50,))),
+                                          (np.int8, ((1, 50), (6, 50)))])
 def test_qlinear_add_mul(op, dtype, shapes):
+    """Same shapes, a row over the other operand's rows (either side: the row kernel), other broadcasts, a scalar;
+    onnxruntime's output bit for bit."""
     rng = _rng()
     a, b = _ints(dtype, shapes[0], rng), _ints(dtype, shapes[1], rng)
     lo = int(np.iinfo(dtype).min)

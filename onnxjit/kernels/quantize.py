@@ -737,6 +737,18 @@ def qlinear_binary(a, b, multiply, za, zb, zc, ratio_a, ratio_b, lo, hi, out, u0
                                            ratio_a, ratio_b, lo, hi)
 
 
+@njit(cache=True, nogil=True)
+def qlinear_binary_rows(a, b, multiply, za, zb, zc, ratio_a, ratio_b, lo, hi, out, u0, u1):
+    """qlinear_binary's value of a (R, N) and b (N,), one row of b for every row of a (a bias over a matrix's
+    columns: the row loop vectorizes where a modulo index would not), over rows [u0, u1)."""
+    n = b.shape[0]
+    for r in range(u0, u1):
+        ar, orow = a[r], out[r]
+        for j in range(n):
+            orow[j] = _qlinear_value(np.float32(np.int32(ar[j]) - za), b[j], multiply, zb, zc, ratio_a, ratio_b, lo,
+                                     hi)
+
+
 @njit(cache=True, nogil=True, forceinline=True)
 def _qlinear_value(va, b, multiply, zb, zc, ratio_a, ratio_b, lo, hi):
     vb = np.float32(np.int32(b) - zb)

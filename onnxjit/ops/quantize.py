@@ -678,9 +678,22 @@ def _apply_table(x, table):
 @register_op("QLinearAdd", domain=MS_DOMAIN)
 @register_op("QLinearMul", domain=MS_DOMAIN)
 def build_qlinear_binary(node):
+    """kq.qlinear_binary over the output, or kq.qlinear_binary_rows where one operand is a row repeated over the
+    other's rows (a bias); the ratios and zero points worked out once where they are the node's constants (a step
+    of a QDQ BERT spent more on them than on its 49K values)."""
     op = node.op_type
     if not _eight_bit(node, (0, 2, 3, 5, 7)) or wanted_outputs(node) != 1:
         return None
+    consts = [constant_input(node, i) if _present(node, i) else None for i in (1, 2, 4, 5, 6, 7)]
+    fixed = None
+    if all(c is not None for c in consts[:5]) and (consts[5] is not None or not _present(node, 7)):
+        fixed = ms.qlinear_binary_params(op, *consts)
+
+    def params(a_scale, a_zp, b_scale, b_zp, c_scale, c_zp):
+        if fixed is not None and all(is_constant(v, c) for v, c in zip((a_scale, a_zp, b_scale, b_zp, c_scale, c_zp),
+                                                                       consts)):
+            return fixed
+        return ms.qlinear_binary_params(op, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp)
 
     def run(a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp=None):
         ms.check_8bit(op, A=a, B=b)
@@ -688,17 +701,33 @@ def build_qlinear_binary(node):
             raise ValueError(f"{op}: A is {a.dtype} and B {b.dtype}: they must have one type")
         dtype = a.dtype
         lo, hi = _range_of(dtype)
-        za, zb, zc, ra, rb = ms.qlinear_binary_params(op, a_scale, a_zp, b_scale, b_zp, c_scale, c_zp)
-        try:
-            shape = np.broadcast_shapes(a.shape, b.shape)
-        except ValueError:
-            raise ValueError(f"{op}: A of shape {a.shape} and B of shape {b.shape} do not broadcast") from None
+        za, zb, zc, ra, rb = params(a_scale, a_zp, b_scale, b_zp, c_scale, c_zp)
+        if a.shape == b.shape:
+            shape = a.shape
+        else:
+            try:
+                shape = np.broadcast_shapes(a.shape, b.shape)
+            except ValueError:
+                raise ValueError(f"{op}: A of shape {a.shape} and B of shape {b.shape} do not broadcast") from None
+        y = np.empty(shape, dtype)
+        if not y.size:
+            return (y,)
+        n = shape[-1] if shape else 1
+        for x, row, swap in ((a, b, False), (b, a, True)):
+            if x.shape == shape and row.size == n > 1 and row.shape[-1:] == (n,):  # a row over x's rows
+                multiply = op == "QLinearMul"
+                if swap:  # (both ops are symmetric in their operands; QLinearMul's one ratio stays ratio_a)
+                    za, zb = zb, za
+                    ra, rb = (ra, rb) if multiply else (rb, ra)
+                rows = y.size // n
+                run_units(kq.qlinear_binary_rows, (ro_reshaped(x, (rows, n)), ro_reshaped(row, (n,)), multiply, za, zb,
+                                                   np.float32(zc), ra, rb, lo, hi, y.reshape(rows, n)),
+                          rows, 4 * y.size)
+                return (y,)
         # each operand is the output's shape or one value; anything else is broadcast into a copy first
         a, b = (v if v.shape == shape or v.size == 1 else np.broadcast_to(v, shape) for v in (a, b))
-        y = np.empty(shape, dtype)
-        if y.size:
-            run_units(kq.qlinear_binary, (ro(a), ro(b), op == "QLinearMul", za, zb, np.float32(zc), ra, rb, lo, hi,
-                                          y), _chunks(y.size), 4 * y.size)
+        run_units(kq.qlinear_binary, (ro(a), ro(b), op == "QLinearMul", za, zb, np.float32(zc), ra, rb, lo, hi, y),
+                  _chunks(y.size), 4 * y.size)
         return (y,)
     return run
 
