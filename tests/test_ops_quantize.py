@@ -618,7 +618,7 @@ def _small_convnet(rng):
 
 QUANTIZATION_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger", "ConvInteger",
                     "QLinearConv", "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "QLinearSigmoid",
-                    "QLinearGlobalAveragePool", "MatMulIntegerToFloat"}
+                    "QLinearGlobalAveragePool", "MatMulIntegerToFloat", "DynamicQuantizeMatMul"}
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -627,7 +627,8 @@ def test_models_quantized_by_onnxruntime(how, tmp_path):
     """A small convnet quantized by onnxruntime.quantization runs as on onnxruntime, bit for bit, every quantization
     node on the CPU provider (the Flatten of a com.microsoft op's output, whose type inference does not know,
     may fall back); the QDQ model's DequantizeLinear -> op -> QuantizeLinear groups run as the integer ops
-    onnxruntime rewrites them into, and the dynamic one's MatMulInteger -> Cast -> Mul as MatMulIntegerToFloat."""
+    onnxruntime rewrites them into, and the dynamic one's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul as
+    DynamicQuantizeMatMul, as onnxruntime does."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         QuantFormat,
@@ -659,7 +660,7 @@ def test_models_quantized_by_onnxruntime(how, tmp_path):
     # as onnxruntime rewrites them: QDQ groups as its optimized model has them (optimizer/qdq.py), quantize_dynamic's
     # MatMulInteger -> Cast -> Mul as MatMulIntegerToFloat (optimizer/matmul_integer_to_float.py)
     expected = written
-    if how == "static-qdq":
+    if how != "static-qoperator":
         import onnxruntime
         so = onnxruntime.SessionOptions()
         so.optimized_model_filepath = str(tmp_path / "ort.onnx")
@@ -667,10 +668,12 @@ def test_models_quantized_by_onnxruntime(how, tmp_path):
         onnxruntime.InferenceSession(str(quant_path), so, providers=["CPUExecutionProvider"])
         rewritten = {n.op_type for n in onnx.load(so.optimized_model_filepath).graph.node} & QUANTIZATION_OPS
         assert rewritten - written, rewritten  # (onnxruntime rewrites some group)
-        # onnxjit rewrites those and, int8 activations allowed (optimizer/qdq.py), the Convs and what follows them
-        expected = written | rewritten | {"QLinearConv", "QLinearAdd", "QLinearSigmoid", "QLinearMul"}
-    if how == "dynamic":
-        expected = expected - {"MatMulInteger"} | {"MatMulIntegerToFloat"}
+        if how == "static-qdq":
+            # onnxjit rewrites those and, int8 activations allowed (optimizer/qdq.py), the Convs and what follows
+            expected = written | rewritten | {"QLinearConv", "QLinearAdd", "QLinearSigmoid", "QLinearMul"}
+        else:  # its Gemm's DynamicQuantizeLinear -> MatMulInteger -> Cast -> Mul as DynamicQuantizeMatMul
+            assert rewritten == written - {"MatMulInteger"} | {"DynamicQuantizeMatMul"}, rewritten
+            expected = rewritten
     assert len(written) >= 2 and {op for op, _ in ran if op in QUANTIZATION_OPS} == expected, ran
     assert all(provider == "CPUExecutionProvider" for op, provider in ran if op in QUANTIZATION_OPS), ran
     got = sess.run(None, {"x": x})[0]

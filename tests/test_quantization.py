@@ -249,8 +249,9 @@ def test_quantize_dynamic_matches_onnxruntime(model_path, tmp_path, per_channel,
 @pytest.mark.parametrize("per_channel", [False, True])
 def test_dynamic_matmuls_run_as_matmul_integer_to_float(tmp_path, per_channel):
     """quantize_dynamic's MatMulInteger -> Cast -> Mul by the scales' product becomes com.microsoft
-    MatMulIntegerToFloat at ORT_ENABLE_EXTENDED and above (the scaling in the integer GEMM's epilogue), as
-    onnxruntime fuses it: the same float32 outputs as the three steps unfused (ORT_ENABLE_BASIC), bit for bit, and
+    MatMulIntegerToFloat at ORT_ENABLE_EXTENDED and above (the scaling in the integer GEMM's epilogue), and with the
+    DynamicQuantizeLinear that only it reads, DynamicQuantizeMatMul (the input quantized into the GEMM's packed A),
+    as onnxruntime fuses them: the same float32 outputs as the steps unfused (ORT_ENABLE_BASIC), bit for bit, and
     as onnxruntime's."""
     onnx.save(mlp(), tmp_path / "mlp.onnx")
     ortq.quantize_dynamic(tmp_path / "mlp.onnx", tmp_path / "q.onnx", per_channel=per_channel)
@@ -262,8 +263,9 @@ def test_dynamic_matmuls_run_as_matmul_integer_to_float(tmp_path, per_channel):
         sess = onnxjit.InferenceSession(str(tmp_path / "q.onnx"), so)
         ops = [n.op_type for s in sess._compiled.steps for n in s.nodes]
         fused = level == onnxjit.GraphOptimizationLevel.ORT_ENABLE_ALL
-        assert ops.count("MatMulIntegerToFloat") == (3 if fused else 0), ops
-        assert ("MatMulInteger" in ops) != fused and ("Cast" in ops) != fused, ops
+        # (each MatMul of this MLP reads a DynamicQuantizeLinear of its own)
+        assert ops.count("DynamicQuantizeMatMul") == (3 if fused else 0), ops
+        assert ("MatMulInteger" in ops) != fused and ("DynamicQuantizeLinear" in ops) != fused, ops
         outs[level] = sess.run(None, feeds)[0]
     np.testing.assert_array_equal(*outs.values())
     want = onnxruntime.InferenceSession(str(tmp_path / "q.onnx"), providers=["CPUExecutionProvider"]).run(None, feeds)

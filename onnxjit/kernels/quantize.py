@@ -468,6 +468,34 @@ def pack_rows(a3, offset, at, rowsum):
 
 
 @njit(cache=True, nogil=True)
+def quantize_pack_rows(x2, scale, zp, offset, at, rowsum, u0, u1):
+    """DynamicQuantizeLinear's uint8 values of x2 (M, K) float32 (rint(x / scale) + zp saturated to [0, 255], NaN
+    to 0, as `quantize` computes them) stored as pack_rows stores A: at (1, M', Kp) = that - offset, zero past M
+    and K, and rowsum (1, M') its row sums; over rows [u0, u1) of M'. One pass where DynamicQuantizeLinear and
+    pack_rows made two and an array between them."""
+    m, k = x2.shape
+    kp = at.shape[2]
+    zero = at.dtype.type(0)
+    lo, hi = np.float32(0), np.float32(255)
+    for i in range(u0, u1):
+        if i >= m:
+            at[0, i, :] = zero
+            rowsum[0, i] = 0
+            continue
+        s = np.int32(0)
+        row, out = x2[i], at[0, i]
+        for j in range(k):
+            v = np.rint(row[j] / scale) + zp
+            v = hi if v > hi else (v if v >= lo else lo)  # noqa: FURB136 - NaN goes to lo
+            q = np.int32(v) - offset
+            out[j] = q
+            s += q
+        for j in range(k, kp):
+            out[j] = zero
+        rowsum[0, i] = s
+
+
+@njit(cache=True, nogil=True)
 def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, col_bias, requant, zy, lo, hi, out, u0, u1):
     """out[b] = (a[b] - za) @ (B[b] - zb) + bias (int32), or with `requant` rint(that * mult_r[m] * mult_c[n])
     clamped to [lo, hi] (the output type's range less zy) plus zy, or into a float32 out that * mult_r[m] *

@@ -464,15 +464,44 @@ class ConstantBProducts:
         where given), or None."""
         if np.ndim(za) > 1 or np.size(za) != 1 or type(a) is not np.ndarray or a.ndim < 2:
             return None
-        key = (a.shape, a.dtype.char, a_scale is None)
+        call = self._call(a.shape, a.dtype, a_scale is None)
+        ms.check_8bit(self.op, A=a)
+        at, rowsum = self._a_buffers(call)
+        kq.pack_rows(np.ascontiguousarray(a).reshape(1, call[4], -1), call[8], at, rowsum)
+        return self._product(call, at, rowsum, za, a_scale, col_bias)
+
+    def run_quantizing(self, x, col_bias=None):
+        """DynamicQuantizeMatMul's product for float32 x (2-D or more), or None: x quantized as DynamicQuantizeLinear
+        quantizes it (contrib.microsoft.quantized.dynamic_quantization's scale and zero point) straight into the
+        GEMM's packed A (kq.quantize_pack_rows)."""
+        if type(x) is not np.ndarray or x.ndim < 2 or x.dtype != np.float32:
+            return None
+        call = self._call(x.shape, np.dtype(np.uint8), False)
+        scale, zp = ms.dynamic_quantization(x)
+        at, rowsum = self._a_buffers(call)
+        m = call[4]
+        run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, x.shape[-1])), np.float32(scale), np.float32(zp),
+                                          call[8], at, rowsum), at.shape[1], 4 * x.size)
+        return self._product(call, at, rowsum, zp, scale, col_bias)
+
+    def _call(self, shape, dtype, int_output):
+        key = (shape, dtype.char, int_output)
         call = self.calls.get(key)
         if call is None:
-            call = self.calls[key] = self._prepare(a, a_scale is None)
-        site, rest, units, work, m, kp, out_dtype, out_shape, a_off = call
-        ms.check_8bit(self.op, A=a)
+            # (a zero-stride stand-in for A: _prepare reads its shape and type)
+            stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
+            call = self.calls[key] = self._prepare(stand_in, int_output)
+        return call
+
+    @staticmethod
+    def _a_buffers(call):
+        m, kp = call[4], call[5]
         at = np.empty((1, -(-m // kq.M_ALIGN) * kq.M_ALIGN, kp), A_TYPE)
-        rowsum = np.empty((1, at.shape[1]), np.int32)
-        kq.pack_rows(np.ascontiguousarray(a).reshape(1, m, -1), a_off, at, rowsum)
+        return at, np.empty((1, at.shape[1]), np.int32)
+
+    @staticmethod
+    def _product(call, at, rowsum, za, a_scale, col_bias):
+        site, rest, units, work, m, kp, out_dtype, out_shape, a_off = call
         za2 = np.full((1, m), int(np.asarray(za).reshape(-1)[0]) - a_off, np.int32)
         mult_r = rest[4] if a_scale is None else np.full((1, m), a_scale, np.float32)
         out = np.empty((1, m, out_shape[-1]), out_dtype)
@@ -891,11 +920,17 @@ def build_dynamic_quantize_matmul(node):
         return None
     packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
     quantize = _quantize_kernel("DynamicQuantizeMatMul", TP.UINT8, True, 1, 0)
+    prepared = ConstantBProducts("DynamicQuantizeMatMul", packed_b,
+                                 constant_input(node, 3) if _present(node, 3) else None, constant_input(node, 2))
 
     def run(a, b, b_scale, b_zp=None, bias=None):
         op = "DynamicQuantizeMatMul"
         if a.dtype != np.float32:
             raise ValueError(f"{op}: A must be float32, got {a.dtype}")
+        if prepared.holds(b, b_zp, b_scale):
+            y = prepared.run_quantizing(a, _column_bias(op, bias, b.shape[-1]))
+            if y is not None:
+                return (y,)
         scale, zp = ms.dynamic_quantization(a)
         qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
         return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, bias),)

@@ -16,6 +16,11 @@ GEMM's epilogue (the rounding of onnxruntime's, which folds it the same way), un
 takes reads the Add's output: that kernel adds it at no cost (a BERT's FFN bias before its Gelu). Folded there as
 numpy's addition after the GEMM, it had made quantized MiniLM 11.8 -> 13.4 ms; the Q, K and V projections' Adds
 were steps of their own.
+
+A DynamicQuantizeLinear whose three outputs only one MatMulIntegerToFloat reads (as its A, A's scale and A's zero
+point) goes into it as com.microsoft DynamicQuantizeMatMul, as onnxruntime's DynamicQuantizeMatMul fusion does:
+the float input is quantized straight into the GEMM's packed A (one pass and one step where there were two of
+each). One read by several products (a BERT's Q, K and V) stays, quantized once for them.
 """
 from __future__ import annotations
 
@@ -108,13 +113,16 @@ def fuse_matmul_integer_to_float(graph: Graph, ctx: PassContext) -> int:
     return fused
 
 
+_BIAS_SLOTS = {"MatMulIntegerToFloat": 6, "DynamicQuantizeMatMul": 4}  # the bias input of the float products
+
+
 @graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
 def fold_matmul_integer_to_float_bias(graph: Graph, ctx: PassContext) -> int:
     from onnxjit.fuser.exprs import fusable  # (the fuser imports the optimizer)
     folded = 0
     for node in list(graph.nodes):
-        if node.op_type != "MatMulIntegerToFloat" or node.domain != MS_DOMAIN or node.graph is not graph \
-                or (len(node.inputs) > 6 and node.inputs[6] is not None):
+        slot = _BIAS_SLOTS.get(node.op_type) if node.domain == MS_DOMAIN else None
+        if slot is None or node.graph is not graph or (len(node.inputs) > slot and node.inputs[slot] is not None):
             continue
         add = only_consumer(node.outputs[0], graph)
         if not is_op(add, "Add", 2) or any(fusable(n) for n, _ in add.outputs[0].uses):
@@ -125,10 +133,38 @@ def fold_matmul_integer_to_float_bias(graph: Graph, ctx: PassContext) -> int:
         if value is None or value.dtype.name != "float32" or not isinstance(columns, int) \
                 or value.shape != (columns,) or bias is node.outputs[0]:
             continue
-        set_input(node, 6, bias)
+        set_input(node, slot, bias)
         y = add.outputs[0]
         graph.remove(add)
         node.outputs = [y]
         y.producer = node
         folded += 1
     return folded
+
+
+@graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
+def fuse_dynamic_quantize_matmul(graph: Graph, ctx: PassContext) -> int:
+    fused = 0
+    for node in list(graph.nodes):
+        if node.op_type != "MatMulIntegerToFloat" or node.domain != MS_DOMAIN or node.graph is not graph \
+                or len(node.inputs) < 5:
+            continue
+        dql = node.inputs[0].producer
+        if dql is None or dql.op_type != "DynamicQuantizeLinear" or dql.domain != "" or len(dql.outputs) != 3 \
+                or any(node.inputs[i] is not v for i, v in zip((0, 2, 4), dql.outputs)) \
+                or any(only_consumer(v, graph) is not node for v in dql.outputs) \
+                or getattr(dql.inputs[0].type, "elem_type", None) != TensorProto.FLOAT:
+            continue
+        b, b_scale = node.inputs[1], node.inputs[3]
+        b_zp = node.inputs[5] if len(node.inputs) > 5 else None
+        bias = node.inputs[6] if len(node.inputs) > 6 else None
+        inputs = [dql.inputs[0], b, b_scale, b_zp, bias]
+        while inputs[-1] is None:
+            inputs.pop()
+        fused_node = Node("DynamicQuantizeMatMul", inputs, [node.outputs[0]], domain=MS_DOMAIN,
+                          name=node.name or fresh_name(graph, "DynamicQuantizeMatMul"), opset=1)
+        graph.insert_before(node, fused_node)
+        graph.remove(node)
+        graph.remove(dql)
+        fused += 1
+    return fused
