@@ -493,6 +493,21 @@ def test_calibration_methods_match_onnxruntime(tmp_path, method):
     assert_runs_alike("conv_net", tmp_path / "m.onnx", tmp_path / "jit.onnx")
 
 
+def test_entropy_calibration_of_an_unbinnable_tensor_names_it(tmp_path):
+    """A tensor whose values reach float32's lowest (a BERT's additive attention mask) cannot be cut into
+    Entropy's histogram bins; onnxruntime's calibrator fails with numpy's message alone, onnxjit's names the
+    tensor and what to do."""
+    nodes = [helper.make_node("Mul", ["x", "big"], ["masked"], "mul1"), helper.make_node("Relu", ["masked"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+                   [numpy_helper.from_array(np.array(np.finfo(np.float32).max, np.float32), "big")])
+    onnx.save(model, tmp_path / "m.onnx")
+    batches = [{"x": np.array([[-1.0, 0.0, 0.5, 1.0]], np.float32)} for _ in range(2)]
+    with pytest.raises(ValueError, match=r"Entropy calibration cannot histogram tensor 'masked'.*MinMax"):
+        jitq.quantize_static(tmp_path / "m.onnx", tmp_path / "q.onnx", Reader(batches),
+                             calibrate_method=jitq.CalibrationMethod.Entropy)
+
+
 # static with the ranges fixed: bit-equal parameters
 @pytest.mark.parametrize("name", ["conv_net", "mlp"])
 @pytest.mark.parametrize("method", ["MinMax", "Entropy", "Percentile", "Distribution"])

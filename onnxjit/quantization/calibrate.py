@@ -144,7 +144,7 @@ class Calibrator:
             raise InvalidArgument("onnxjit.quantization: the calibration_data_reader yielded no batches")
         if self.method == CalibrationMethod.MinMax:
             return TensorsData(self.method, {n: self._min_max(v) for n, v in seen.items()})
-        return TensorsData(self.method, {n: self._histogram(v) for n, v in seen.items()})
+        return TensorsData(self.method, {n: self._histogram(v, n) for n, v in seen.items()})
 
     # MinMax
     def _min_max(self, extremes: list[tuple[np.ndarray, np.ndarray]]) -> TensorData:
@@ -160,7 +160,7 @@ class Calibrator:
         return TensorData(lowest=np.asarray(lo), highest=np.asarray(hi))
 
     # histogram methods
-    def _histogram(self, batches: list[np.ndarray]) -> TensorData:
+    def _histogram(self, batches: list[np.ndarray], name: str = "") -> TensorData:
         data = np.concatenate([np.asarray(b).ravel() for b in batches])
         if data.size:
             lo, hi = np.nanmin(data), np.nanmax(data)
@@ -171,7 +171,12 @@ class Calibrator:
             return self._percentile(hist, edges.astype(data.dtype), lo, hi)
         bins = ENTROPY_BINS if self.method == CalibrationMethod.Entropy else HISTOGRAM_BINS
         t = np.array(max(abs(lo), abs(hi)), dtype=data.dtype)
-        hist, edges = np.histogram(data, bins, range=(-t, t))
+        try:
+            hist, edges = np.histogram(data, bins, range=(-t, t))
+        except ValueError as e:  # (onnxruntime's calibrator fails the same way, with numpy's message alone)
+            raise ValueError(f"onnxjit.quantization: {self.method.name} calibration cannot histogram tensor "
+                             f"{name!r}: its values span [{lo}, {hi}] ({e}); exclude its node (nodes_to_exclude) or "
+                             f"calibrate with MinMax") from e
         if self.method == CalibrationMethod.Entropy:
             low, high = entropy_threshold(hist, edges, ENTROPY_QUANTIZED_BINS)
             low, high = max(low, lo), min(high, hi)
