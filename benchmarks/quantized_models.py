@@ -5,8 +5,8 @@ Models (from the zoo's cache, benchmarks/zoo; exported or written there first wh
   resnet50   the light resnet50 with random stored weights, converted to opset 13 (per-channel QDQ needs it)
   bert       the zoo's MiniLM-size BERT encoder (torchscript export), sequence 128
 Quantized with onnxjit.quantization (whose files equal onnxruntime.quantization's) after quant_pre_process: dynamic
-(int8 weights) for both; static QDQ (both) and QOperator (resnet50), per-channel int8 weights and int8
-activations, with MinMax calibration over 4 random batches.
+(int8 weights) and static, QDQ and QOperator (per-channel int8 weights, int8 activations, MinMax calibration
+over 4 random batches), for both.
 
 For each file: onnxruntime's and onnxjit's latency (best of blocks of runs, alternating, 2 intra-op threads each,
 benchmarks/ml_timing.py), their ratio, onnxjit's float model's latency, the largest difference between the two
@@ -143,7 +143,7 @@ def main(argv=None) -> None:
                   f"{jit_float_ms / t_ort:.2f}")
             rng = np.random.default_rng(7)
             samples = [_feeds(ref_float, _random_like(inputs, rng)) for _ in range(8)]
-            for how in (("dynamic", "qdq", "qoperator") if name == "resnet50" else ("dynamic", "qdq")):
+            for how in ("dynamic", "qdq", "qoperator"):
                 path = _quantize(name, float_path, inputs, how, folder)
                 ref, jit = sessions(path)
                 diff = max(float(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max())
