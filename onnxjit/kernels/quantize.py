@@ -790,7 +790,7 @@ def softmax_rows(x, signed, table, y_scale, zy, out, u0, u1):
     as onnxruntime computes it: e = table[255 - (row max - x)] (float32 exponentials,
     contrib.microsoft.quantized.softmax_table), their sum in order, then rint(e * y_scale / sum) + zy saturated,
     with y_scale the float32 floor(1 / Y's scale); the type's highest value where e * y_scale overflows (rows of
-    one or two values)."""
+    one or two values) or the quotient is past int32's range."""
     d = x.shape[1]
     lo, hi = (np.int32(-128), np.int32(127)) if signed else (np.int32(0), np.int32(255))
     for r in range(u0, u1):
@@ -806,7 +806,7 @@ def softmax_rows(x, signed, table, y_scale, zy, out, u0, u1):
         for j in range(d):
             v = np.int32(np.int8(row[j])) if signed else np.int32(row[j])
             f = np.float32(table[255 - (top - v)] * y_scale) / total
-            q = np.int32(np.rint(f)) + zy if np.isfinite(f) else hi
+            q = np.int32(np.rint(f)) + zy if f < np.float32(2e9) else hi  # (an infinite or huge f: saturated)
             out[r, j] = np.uint8(min(max(q, lo), hi) & 255)
 
 

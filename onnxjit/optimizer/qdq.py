@@ -341,8 +341,8 @@ def _concat(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     inputs = _triple(graph, g.q)[1:]
     for dq in g.dqs:
         inputs += _triple(graph, dq)
-    return Rewrite("QLinearConcat", MS_DOMAIN, inputs, {"axis": make_attr("axis", int(attr_value(g.target,
-                                                                                                "axis", 0)))})
+    axis = int(attr_value(g.target, "axis", 0))
+    return Rewrite("QLinearConcat", MS_DOMAIN, inputs, {"axis": make_attr("axis", axis)})
 
 
 def _movement(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
