@@ -170,9 +170,8 @@ def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra,
     ctr[jc:], mc[jm:] and cb[jb:]: acc - zb * rs - za * ctr + extra in wrapping int32 arithmetic, then with
     `requant` clamp(rint(float32(that) * (mr * mc)), lo, hi) + zy, stored in out's type (truncated to 8 bits as a
     scalar store would); into a float32 out, float32(that) * (mr * mc) + cb whatever `requant` says (two
-    roundings, as onnxruntime's MatMulIntegerToFloat adds its bias). Written as vector IR:
-    LLVM left the same loop over a tile's 32 columns to its scalar remainder (its vector loop took 64 a pass), 5
-    cycles a value."""
+    roundings, as onnxruntime's MatMulIntegerToFloat adds its bias). Written as vector IR: LLVM left the same loop
+    over a tile's 32 columns to its scalar remainder (its vector loop took 64 a pass), 5 cycles a value."""
     arrays = (zb, ctr, mc, cb, out)
     indexes = (jz, jc, jm, jb, o)
     if acc != I32V or not all(isinstance(t, types.Array) and t.layout == "C" and t.ndim == 1 for t in arrays) \
@@ -485,6 +484,8 @@ def quantize_pack_rows(x2, scale, zp, offset, at, rowsum, u0, u1):
         s = np.int32(0)
         row, out = x2[i], at[0, i]
         for j in range(k):
+            # _quantize_one's value, written out: through a shared forceinline helper, `quantize`'s loop stayed
+            # scalar (DynamicQuantizeLinear of 196K values 80 -> 165 us)
             v = np.rint(row[j] / scale) + zp
             v = hi if v > hi else (v if v >= lo else lo)  # noqa: FURB136 - NaN goes to lo
             q = np.int32(v) - offset
@@ -503,10 +504,9 @@ def igemm(a, bp, za, rowsum, zb, colterm, bias, mult_r, mult_c, col_bias, requan
 
     a: (Ba, M', Kp) A's rows as stored (DOT_TYPES), M' >= M rows, Kp a multiple of the word size, zero-padded;
     bp: (Bb, panels, Kp / G * NR * G) B packed (pack_columns); out (B, M, N). Per-row arrays (za' = A's zero
-    points as stored, rowsum, bias, mult_r) are (Ba', M) and per-column ones (zb', colterm, mult_c, col_bias) (Bb',
-    N), each
-    read at batch b % its leading size (1 or the operand's batches; for a grouped conv, A's batches are the
-    groups)."""
+    points as stored, rowsum, bias, mult_r) are (Ba', M) and per-column ones (zb', colterm, mult_c, col_bias)
+    (Bb', N), each read at batch b % its leading size (1 or the operand's batches; for a grouped conv, A's batches
+    are the groups)."""
     m, n = out.shape[1], out.shape[2]
     kp = a.shape[2]
     g_words = 4 // a.itemsize

@@ -35,6 +35,7 @@ input, which the session reports as a RuntimeException naming the node.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import ml_dtypes
 import numpy as np
@@ -411,8 +412,8 @@ def _as_matrices(b):
 def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, scales=None, col_bias=None):
     """The MatMul-like product (A - za) @ (B - zb): int32 (MatMulInteger), or requantized into y_dtype with the
     per-column multipliers mult_c and zero point zy (QLinearMatMul), or with `scales` (A's scale, B's per tensor
-    or per column) float32 `product * (a_scale * b_scale)` (MatMulIntegerToFloat) plus col_bias (N,) where given,
-    each in the GEMM's epilogue.
+    or per column) float32 `product * (a_scale * b_scale)` (MatMulIntegerToFloat) plus col_bias where given
+    (_column_bias), each in the GEMM's epilogue.
     packed_b: a ConstantDerived packing the node's constant B (used where B is it and its batch is not
     broadcast)."""
     ms.check_8bit(op, A=a, B=b)
@@ -437,8 +438,22 @@ def integer_matmul(op, a, za, b, zb, packed_b, y_dtype=None, mult_c=None, zy=0, 
         y_range = (int(info.min), int(info.max))
         mult_c = _points(op, "the scale of B", mult_c, batch, m, n, False)
     integer_gemm(a_operand(a3), za2, b_op, zb2, k, out, mult_r=mult_r, mult_c=mult_c, zy=zy, y_range=y_range,
-                 col_bias=None if col_bias is None else np.asarray(col_bias, np.float32).reshape(1, n))
+                 col_bias=col_bias)
     return out.reshape(out_shape)
+
+
+class _PreparedProduct(NamedTuple):
+    """What ConstantBProducts makes once per shape and type of A."""
+    site: CallSite  # the GEMM kernel's call site
+    b_terms: tuple  # (B packed, B's zero points as stored, B's column terms, A's (zero) bias, unit row multipliers,
+    # the column multipliers)
+    units: int
+    work: int
+    m: int  # A's rows
+    kp: int  # K padded
+    out_dtype: type
+    out_shape: tuple
+    a_offset: int  # what is subtracted from A's values to store them
 
 
 class ConstantBProducts:
@@ -460,14 +475,14 @@ class ConstantBProducts:
             and is_constant(b_scale, self.b_scale)
 
     def run(self, a, za, a_scale=None, col_bias=None):
-        """The product for A (its zero point `za` one value; `a_scale` with a float output, plus col_bias (N,)
-        where given), or None."""
+        """The product for A (its zero point `za` one value; `a_scale` with a float output, plus col_bias where
+        given, as _column_bias makes it), or None."""
         if np.ndim(za) > 1 or np.size(za) != 1 or type(a) is not np.ndarray or a.ndim < 2:
             return None
         call = self._call(a.shape, a.dtype, a_scale is None)
         ms.check_8bit(self.op, A=a)
         at, rowsum = self._a_buffers(call)
-        kq.pack_rows(np.ascontiguousarray(a).reshape(1, call[4], -1), call[8], at, rowsum)
+        kq.pack_rows(np.ascontiguousarray(a).reshape(1, call.m, -1), call.a_offset, at, rowsum)
         return self._product(call, at, rowsum, za, a_scale, col_bias)
 
     def run_quantizing(self, x, col_bias=None):
@@ -479,12 +494,11 @@ class ConstantBProducts:
         call = self._call(x.shape, np.dtype(np.uint8), False)
         scale, zp = ms.dynamic_quantization(x)
         at, rowsum = self._a_buffers(call)
-        m = call[4]
-        run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, x.shape[-1])), np.float32(scale), np.float32(zp),
-                                          call[8], at, rowsum), at.shape[1], 4 * x.size)
+        run_units(kq.quantize_pack_rows, (ro_reshaped(x, (call.m, x.shape[-1])), np.float32(scale), np.float32(zp),
+                                          call.a_offset, at, rowsum), at.shape[1], 4 * x.size)
         return self._product(call, at, rowsum, zp, scale, col_bias)
 
-    def _call(self, shape, dtype, int_output):
+    def _call(self, shape, dtype, int_output) -> _PreparedProduct:
         key = (shape, dtype.char, int_output)
         call = self.calls.get(key)
         if call is None:
@@ -494,21 +508,22 @@ class ConstantBProducts:
         return call
 
     @staticmethod
-    def _a_buffers(call):
-        m, kp = call[4], call[5]
-        at = np.empty((1, -(-m // kq.M_ALIGN) * kq.M_ALIGN, kp), A_TYPE)
+    def _a_buffers(call: _PreparedProduct):
+        """A's packed rows and their sums, to be filled."""
+        at = np.empty((1, -(-call.m // kq.M_ALIGN) * kq.M_ALIGN, call.kp), A_TYPE)
         return at, np.empty((1, at.shape[1]), np.int32)
 
     @staticmethod
-    def _product(call, at, rowsum, za, a_scale, col_bias):
-        site, rest, units, work, m, kp, out_dtype, out_shape, a_off = call
-        za2 = np.full((1, m), int(np.asarray(za).reshape(-1)[0]) - a_off, np.int32)
-        mult_r = rest[4] if a_scale is None else np.full((1, m), a_scale, np.float32)
-        out = np.empty((1, m, out_shape[-1]), out_dtype)
+    def _product(call: _PreparedProduct, at, rowsum, za, a_scale, col_bias):
+        m = call.m
+        bp, zb_t, colterm, bias, ones_m, mult_c = call.b_terms
+        za2 = np.full((1, m), int(np.asarray(za).reshape(-1)[0]) - call.a_offset, np.int32)
+        mult_r = ones_m if a_scale is None else np.full((1, m), a_scale, np.float32)
+        out = np.empty((1, m, call.out_shape[-1]), call.out_dtype)
         col_bias = no_column_bias(out.shape[-1]) if col_bias is None else col_bias
-        site.run((at, rest[0], za2, rowsum, rest[1], rest[2], rest[3], mult_r, rest[5], col_bias, False, 0,
-                  np.float32(0), np.float32(0), out), units, work)
-        return out.reshape(out_shape)
+        call.site.run((at, bp, za2, rowsum, zb_t, colterm, bias, mult_r, mult_c, col_bias, False, 0, np.float32(0),
+                       np.float32(0), out), call.units, call.work)
+        return out.reshape(call.out_shape)
 
     def _prepare(self, a, int_output):
         op, b = self.op, self.b
@@ -525,11 +540,12 @@ class ConstantBProducts:
                                  f"{np.shape(self.b_scale)}")
             mult_c = _points(op, "b_scale", np.asarray(self.b_scale, np.float32).reshape(-1), (), m, n, False)
         kp = bp.shape[2] // kq.NR
-        rest = (bp, ro(zb_t.astype(np.int32)), ro((colsum - k * zb_t).astype(np.int32)), ro(np.zeros((1, m), np.int32)),
-                ro(np.ones((1, m), np.float32)), ro(np.ascontiguousarray(mult_c, np.float32)))
-        units = bp.shape[1] * -(-m // kq.IGEMM_ROWS)
-        return (CallSite(kq.IGEMM), rest, units, m * n * kp, m, kp, np.int32 if int_output else np.float32,
-                tuple(a.shape[:-1]) + (n,), _a_offset(a.dtype))
+        b_terms = (bp, ro(zb_t.astype(np.int32)), ro((colsum - k * zb_t).astype(np.int32)),
+                   ro(np.zeros((1, m), np.int32)), ro(np.ones((1, m), np.float32)),
+                   ro(np.ascontiguousarray(mult_c, np.float32)))
+        return _PreparedProduct(CallSite(kq.IGEMM), b_terms, bp.shape[1] * -(-m // kq.IGEMM_ROWS), m * n * kp, m, kp,
+                                np.int32 if int_output else np.float32, tuple(a.shape[:-1]) + (n,),
+                                _a_offset(a.dtype))
 
 
 def _eight_bit(node, indices):
@@ -713,6 +729,7 @@ def build_qlinear_binary(node):
     op = node.op_type
     if not _eight_bit(node, (0, 2, 3, 5, 7)) or wanted_outputs(node) != 1:
         return None
+    multiply = op == "QLinearMul"
     consts = [constant_input(node, i) if _present(node, i) else None for i in (1, 2, 4, 5, 6, 7)]
     fixed = None
     if all(c is not None for c in consts[:5]) and (consts[5] is not None or not _present(node, 7)):
@@ -744,7 +761,6 @@ def build_qlinear_binary(node):
         n = shape[-1] if shape else 1
         for x, row, swap in ((a, b, False), (b, a, True)):
             if x.shape == shape and row.size == n > 1 and row.shape[-1:] == (n,):  # a row over x's rows
-                multiply = op == "QLinearMul"
                 if swap:  # (both ops are symmetric in their operands; QLinearMul's one ratio stays ratio_a)
                     za, zb = zb, za
                     ra, rb = (ra, rb) if multiply else (rb, ra)
@@ -755,7 +771,7 @@ def build_qlinear_binary(node):
                 return (y,)
         # each operand is the output's shape or one value; anything else is broadcast into a copy first
         a, b = (v if v.shape == shape or v.size == 1 else np.broadcast_to(v, shape) for v in (a, b))
-        run_units(kq.qlinear_binary, (ro(a), ro(b), op == "QLinearMul", za, zb, np.float32(zc), ra, rb, lo, hi, y),
+        run_units(kq.qlinear_binary, (ro(a), ro(b), multiply, za, zb, np.float32(zc), ra, rb, lo, hi, y),
                   _chunks(y.size), 4 * y.size)
         return (y,)
     return run
@@ -837,7 +853,7 @@ def build_qlinear_softmax(node):
         ms.check_8bit(op, X=x)
         if x.size == 0:
             return (np.empty(x.shape, x.dtype),)
-        ms.scalar(op, "x_zero_point", x_zp, 0)
+        ms.scalar(op, "x_zero_point", x_zp, 0)  # (checked to be one value: the softmax does not depend on it)
         rows, moved = ms.softmax_rows(op, x, axis, opset)
         sx = np.float32(ms.scalar(op, "x_scale", x_scale))
         key = (float(sx), rows.shape[1])
@@ -884,12 +900,12 @@ def _column_bias(op, bias, n):
     return ro_reshaped(bias, (1, n), np.float32)
 
 
-def _float_product(op, a, za, b, zb, packed_b, a_scale, b_scale, bias):
-    """(A - za) @ (B - zb) * (a_scale * b_scale) + bias (float32) of MatMulIntegerToFloat / DynamicQuantizeMatMul,
-    in the GEMM's epilogue as contrib.microsoft.quantized.to_float rounds it (the float32 product of the int32 sum
-    and the float32 product of the scales, then the bias added: two roundings, as onnxruntime's)."""
-    return integer_matmul(op, a, za, b, zb, packed_b, scales=(a_scale, np.asarray(b_scale)),
-                          col_bias=_column_bias(op, bias, b.shape[-1]))
+def _float_product(op, a, za, b, zb, packed_b, a_scale, b_scale, col_bias):
+    """(A - za) @ (B - zb) * (a_scale * b_scale) + bias (float32; col_bias: _column_bias's) of
+    MatMulIntegerToFloat / DynamicQuantizeMatMul, in the GEMM's epilogue as contrib.microsoft.quantized.to_float
+    rounds it (the float32 product of the int32 sum and the float32 product of the scales, then the bias added: two
+    roundings, as onnxruntime's)."""
+    return integer_matmul(op, a, za, b, zb, packed_b, scales=(a_scale, np.asarray(b_scale)), col_bias=col_bias)
 
 
 @register_op("MatMulIntegerToFloat", domain=MS_DOMAIN)
@@ -903,13 +919,13 @@ def build_matmul_integer_to_float(node):
 
     def run(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
         op = "MatMulIntegerToFloat"
+        col_bias = _column_bias(op, bias, b.shape[-1])
+        sa, za = ms.scalar(op, "a_scale", a_scale), 0 if a_zp is None else a_zp
         if prepared.holds(b, b_zp, b_scale):
-            y = prepared.run(a, 0 if a_zp is None else a_zp, ms.scalar(op, "a_scale", a_scale),
-                             _column_bias(op, bias, b.shape[-1]))
+            y = prepared.run(a, za, sa, col_bias)
             if y is not None:
                 return (y,)
-        return (_float_product(op, a, 0 if a_zp is None else a_zp, b, 0 if b_zp is None else b_zp, packed_b,
-                               ms.scalar(op, "a_scale", a_scale), b_scale, bias),)
+        return (_float_product(op, a, za, b, 0 if b_zp is None else b_zp, packed_b, sa, b_scale, col_bias),)
     return run
 
 
@@ -927,13 +943,14 @@ def build_dynamic_quantize_matmul(node):
         op = "DynamicQuantizeMatMul"
         if a.dtype != np.float32:
             raise ValueError(f"{op}: A must be float32, got {a.dtype}")
+        col_bias = _column_bias(op, bias, b.shape[-1])
         if prepared.holds(b, b_zp, b_scale):
-            y = prepared.run_quantizing(a, _column_bias(op, bias, b.shape[-1]))
+            y = prepared.run_quantizing(a, col_bias)
             if y is not None:
                 return (y,)
         scale, zp = ms.dynamic_quantization(a)
         qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
-        return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, bias),)
+        return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, col_bias),)
     return run
 
 

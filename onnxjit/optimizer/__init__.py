@@ -8,8 +8,9 @@ rounding. Fused ops that ONNX has no operator for live in the `com.onnxjit` doma
 
 Modules, one per pass family: qdq (DequantizeLinear -> op -> QuantizeLinear groups as integer ops, as
 onnxruntime's QDQ selectors rewrite them, at extended and above, before constant folding dequantizes the weights),
-matmul_integer_to_float (quantize_dynamic's MatMulInteger -> Cast -> Mul as com.microsoft MatMulIntegerToFloat, at
-extended and above), constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes), cse (duplicate
+matmul_integer_to_float (quantize_dynamic's MatMulInteger -> Cast -> Mul as com.microsoft MatMulIntegerToFloat, a
+bias Add after it as its bias, a DynamicQuantizeLinear before it into DynamicQuantizeMatMul, at extended and
+above), constant_folding, eliminate (Identity/Dropout/no-op nodes, dead nodes), cse (duplicate
 nodes), conv_folding (Conv+BN/Add/Mul), gemm_fusion (MatMul+Add), transpose_reshape, activation_fusion
 (Conv/Gemm/MatMul+activation), layer_norm, gelu, attention, layout (channels-last depthwise convolutions, at LAYOUT).
 """

@@ -117,7 +117,7 @@ _BIAS_SLOTS = {"MatMulIntegerToFloat": 6, "DynamicQuantizeMatMul": 4}  # the bia
 
 
 @graph_pass(EXTENDED, providers=(CPU_PROVIDER,))
-def fold_matmul_integer_to_float_bias(graph: Graph, ctx: PassContext) -> int:
+def fold_float_product_bias(graph: Graph, ctx: PassContext) -> int:
     from onnxjit.fuser.exprs import fusable  # (the fuser imports the optimizer)
     folded = 0
     for node in list(graph.nodes):

@@ -190,12 +190,14 @@ def _one_type(values: list[Value]) -> int | None:
     return next(iter(declared)) if len(declared) == 1 else None
 
 
-def _per_tensor_group(g: Group, graph: Graph, types: dict) -> bool:
-    """Every Q / DQ of `g` per tensor, with constant parameters, its quantized tensors of one of `types`, one
-    type (_one_type)."""
+def _per_tensor_params(g: Group, graph: Graph, types: dict) -> list[tuple[float, int]] | None:
+    """(scale, zero point) of each DQ then each Q of `g` (_scalar_params), where all are per tensor with constant
+    parameters and their quantized tensors have one type (_one_type) of `types`; else None."""
     nodes = [n for n in g.dqs if n is not None] + g.qs
-    elem = _one_type([_quantized_side(n) for n in nodes])
-    return elem in types and all(_scalar_params(n, graph, _np_of(n)) is not None for n in nodes)
+    if _one_type([_quantized_side(n) for n in nodes]) not in types:
+        return None
+    params = [_scalar_params(n, graph, _np_of(n)) for n in nodes]
+    return None if any(p is None for p in params) else params
 
 
 def _np_of(node: Node):
@@ -307,7 +309,7 @@ def _gemm(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
 def _unary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     """QLinear<op> (com.microsoft) of X's DequantizeLinear and the QuantizeLinear, per tensor, one 8-bit type."""
     node = g.target
-    if g.q is None or not _per_tensor_group(g, graph, EIGHT_BIT):
+    if g.q is None or _per_tensor_params(g, graph, EIGHT_BIT) is None:
         return None
     attrs = {}
     if node.op_type == "Softmax":
@@ -327,7 +329,7 @@ def _unary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
 def _binary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     """QLinearAdd / QLinearMul (com.microsoft): both inputs' DequantizeLinear and the QuantizeLinear per tensor,
     one 8-bit type."""
-    if g.q is None or len(g.target.inputs) != 2 or not _per_tensor_group(g, graph, EIGHT_BIT):
+    if g.q is None or len(g.target.inputs) != 2 or _per_tensor_params(g, graph, EIGHT_BIT) is None:
         return None
     return Rewrite(f"QLinear{g.target.op_type}", MS_DOMAIN,
                    _triple(graph, g.dqs[0]) + _triple(graph, g.dqs[1]) + _triple(graph, g.q)[1:], {})
@@ -336,7 +338,7 @@ def _binary(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
 def _concat(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     """QLinearConcat (com.microsoft): every input's DequantizeLinear and the QuantizeLinear per tensor, one 8-bit
     type."""
-    if g.q is None or not _per_tensor_group(g, graph, EIGHT_BIT):
+    if g.q is None or _per_tensor_params(g, graph, EIGHT_BIT) is None:
         return None
     inputs = _triple(graph, g.q)[1:]
     for dq in g.dqs:
@@ -353,13 +355,12 @@ def _movement(g: Group, graph: Graph, ctx: PassContext) -> Rewrite | None:
     if not g.qs or g.act is not None:
         return None
     eight_bit_only = node.op_type in ("MaxPool", "ReduceMax", "ReduceMin", "Resize")
-    if not _per_tensor_group(g, graph, EIGHT_BIT if eight_bit_only else EIGHT_BIT | SIXTEEN_BIT):
+    params = _per_tensor_params(g, graph, EIGHT_BIT if eight_bit_only else EIGHT_BIT | SIXTEEN_BIT)
+    if params is None or len(set(params)) != 1:
         return None
     if node.op_type == "Resize" and attr_value(node, "mode", "nearest") not in ("nearest", b"nearest"):
         return None
-    dtype = _np_of(g.q)
-    params = {_scalar_params(n, graph, dtype) for n in [g.dqs[0]] + g.qs}
-    if len(params) != 1 or (node.op_type in ("MaxPool", "ReduceMax", "ReduceMin") and not next(iter(params))[0] > 0):
+    if node.op_type in ("MaxPool", "ReduceMax", "ReduceMin") and not params[0][0] > 0:
         return None
     return Rewrite(node.op_type, node.domain, [g.dqs[0].inputs[0]] + node.inputs[1:], dict(node.attributes))
 
