@@ -12,8 +12,8 @@ Worker k (k >= 1; the caller is 0) of onnxjit's pool (onnxjit.worker_pool) goes 
 use, modulo their number. The caller's thread can still land on a worker's core (Linux wakes a thread on an idle
 core, and a worker between jobs leaves its core idle): then the two take turns on one core, every parallel kernel
 at half speed, until the scheduler moves the caller, which took 5-8 runs of squeezenet after a session's first
-(13-14 ms a run instead of 7). So at the start of each run the session asks the pool to move a worker off the core
-the caller is on (`core_to_step_aside_to`): the worker moves, the caller's thread is never touched.
+(13-14 ms a run instead of 7). So before each parallel job the pool moves a worker off the core the caller is on
+(`core_to_step_aside_to`): the worker moves, the caller's thread is never touched.
 
 Off when the process may use a single core, when the user chose OpenMP placement (OMP_PROC_BIND, OMP_PLACES,
 GOMP_CPU_AFFINITY, KMP_AFFINITY: a sign they place threads themselves), or with ONNXJIT_PIN_THREADS=0.

@@ -348,6 +348,7 @@ class WorkerPool:
         self._busy = threading.Lock()
         self._grow_lock = threading.Lock()
         self._pins: dict[int, tuple[int, int]] = {}  # pinned worker k -> (native thread id, core)
+        self._pinned_cores: frozenset[int] = frozenset()  # the cores in _pins, for the check before each job
         self._cores: list[int] = []  # the cores the workers may be pinned to
         self._pins_lock = threading.Lock()
         per_pause = self._seconds_per_pause()
@@ -376,6 +377,7 @@ class WorkerPool:
             with self._pins_lock:
                 self._cores = cores
                 self._pins[k] = (threading.get_native_id(), core)
+                self._pinned_cores = frozenset(c for _, c in self._pins.values())
         state = self._state
         seen = int(state[_CLAIM]) >> 32
         while True:
@@ -400,6 +402,7 @@ class WorkerPool:
                 tid = self._pins[here[0]][0]
                 affinity.pin_thread(tid, target)
                 self._pins[here[0]] = (tid, target)
+                self._pinned_cores = frozenset(c for _, c in self._pins.values())
         except OSError:  # the thread is gone, or the core no longer allowed: leave the pins as they are
             pass
         finally:
@@ -416,6 +419,12 @@ class WorkerPool:
                 _launcher(kernel, args, self._state)  # compiled now, with the kernel: the first run pays both
             return
         try:
+            if self._pinned_cores:
+                # a pinned worker on the caller's core would take turns with it (affinity.py): moved first. Here
+                # and not at each run's start, so runs that never split work (batch 1) skip the 0.8 us check
+                cpu = affinity.current_cpu()
+                if cpu in self._pinned_cores:
+                    self.step_aside(cpu)
             if self._workers < threads - 1:
                 self._ensure_workers(threads - 1)
             if self._sleepers:
@@ -443,16 +452,6 @@ def _the_pool() -> WorkerPool:
             if _pool is None:
                 _pool = WorkerPool()
     return _pool
-
-
-def keep_workers_off_this_core() -> None:
-    """At a run's start: if a pinned worker shares the calling thread's core, move the worker (WorkerPool.step_aside).
-    A global check and a sched_getcpu call (under 1 us); nothing before the pool exists."""
-    pool = _pool
-    if pool is not None and pool._pins:
-        cpu = affinity.current_cpu()
-        if cpu is not None:
-            pool.step_aside(cpu)
 
 
 def thread_count() -> int:

@@ -94,7 +94,7 @@ for _ in range(100):
     time.sleep(0.01)
 (k, (tid, core)), = worker_pool._pool._pins.items()
 os.sched_setaffinity(0, {core})  # here the test puts the caller on the worker's core (the library never pins it)
-worker_pool.keep_workers_off_this_core()
+run_units(noop, (), 16, 1 << 30)  # the job's start moves the worker
 after = sorted(os.sched_getaffinity(tid))
 run_units(noop, (), 16, 1 << 30)  # the pool still runs jobs
 print(json.dumps({"worker_core": core, "worker_after": after, "caller": sorted(os.sched_getaffinity(0)),
@@ -103,8 +103,9 @@ print(json.dumps({"worker_core": core, "worker_after": after, "caller": sorted(o
 
 
 def test_a_worker_on_the_callers_core_steps_aside():
-    """A run whose calling thread finds itself on a pinned worker's core moves the worker to the other core (two
-    threads on one core ran every parallel kernel at half speed until the scheduler moved the caller)."""
+    """A parallel job whose calling thread finds itself on a pinned worker's core moves the worker to the other
+    core (two threads on one core ran every parallel kernel at half speed until the scheduler moved the
+    caller)."""
     cores = affinity.allowed_cores()
     if len(cores) < 2:  # no pinning on one core: the pool has no pins to move
         assert not affinity.pinning_enabled()

@@ -570,3 +570,53 @@ def test_scaler_then_linear_model_one_scale_value_and_a_wrong_width(rng):
     check(model, rng.standard_normal((5, 4)).astype(np.float32))
     with pytest.raises(onnxjit.InvalidArgument, match="4"):
         native_session(model).run(None, {"X": rng.standard_normal((5, 3)).astype(np.float32)})
+
+
+# --- (Scaler ->) LinearClassifier -> Normalizer in one step ----------------------------------------------------
+def _normalized_model(classifier_attrs, norm, scaler, apart):
+    """[Scaler ->] LinearClassifier -> Normalizer(norm) over X [N, 4]; with `apart` the classifier's scores are a
+    graph output too (so the Normalizer cannot join its step)."""
+    nodes = [helper.make_node("LinearClassifier", ["S" if scaler else "X"], ["label", "scores"], domain="ai.onnx.ml",
+                              name="linear", **classifier_attrs),
+             helper.make_node("Normalizer", ["scores"], ["Y"], domain="ai.onnx.ml", name="norm", norm=norm)]
+    if scaler:
+        nodes.insert(0, helper.make_node("Scaler", ["X"], ["S"], domain="ai.onnx.ml", name="scaler",
+                                         scale=[0.5, 2.0, -1.5, 0.25], offset=[1.0, -3.0, 0.5, 100.0]))
+    label = T.STRING if "classlabels_strings" in classifier_attrs else T.INT64
+    outs = [helper.make_tensor_value_info("label", label, None), helper.make_tensor_value_info("Y", T.FLOAT, None)]
+    if apart:
+        outs.append(helper.make_tensor_value_info("scores", T.FLOAT, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", T.FLOAT, [None, 4])], outs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    return model
+
+
+_NORMALIZED_CLASSIFIERS = [
+    dict(coefficients=list(np.linspace(-1, 1, 12)), intercepts=[0.1, -0.2, 0.3], classlabels_ints=[4, 5, 6],
+         post_transform="SOFTMAX"),
+    dict(coefficients=list(np.linspace(-1, 1, 12)), intercepts=[0.1, -0.2, 0.3], classlabels_ints=[4, 5, 6]),
+    dict(coefficients=[0.5, -1.0, 0.25, 2.0], intercepts=[0.1], classlabels_strings=["no", "yes"],
+         post_transform="LOGISTIC"),
+    dict(coefficients=[0.5, -1.0, 0.25, 2.0], intercepts=[0.1], post_transform="PROBIT"),
+]
+
+
+@pytest.mark.parametrize("attrs", _NORMALIZED_CLASSIFIERS)
+@pytest.mark.parametrize("norm", ["MAX", "L1", "L2"])
+@pytest.mark.parametrize("scaler", [False, True])
+@pytest.mark.parametrize("rows", [1, 3000])
+def test_normalizer_of_a_linear_classifier_joins_its_step(attrs, norm, scaler, rows, rng):
+    """A Normalizer reading a LinearClassifier's scores alone (skl2onnx's LogisticRegression) runs in the
+    classifier's kernel, with the Scaler before it where there is one: outputs match onnxruntime's and equal, bit
+    for bit, the ops run as separate steps."""
+    x = (rng.standard_normal((rows, 4)) * (50 if scaler else 1)).astype(np.float32)
+    model = _normalized_model(attrs, norm, scaler, apart=False)
+    sess = native_session(model)
+    want_ops = (["Scaler"] if scaler else []) + ["LinearClassifier", "Normalizer"]
+    assert [[n.op_type for n in s.nodes] for s in sess._compiled.steps] == [want_ops]
+    got = check(model, x)
+    apart = native_session(_normalized_model(attrs, norm, scaler, apart=True))
+    assert [n.op_type for s in apart._compiled.steps for n in s.nodes][-1:] == ["Normalizer"]
+    for g, w in zip(got, apart.run(None, {"X": x})):
+        np.testing.assert_array_equal(g, w)

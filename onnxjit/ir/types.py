@@ -1,6 +1,7 @@
 """Value types of the IR (tensor, sequence, map, optional, sparse tensor) and their ONNX/numpy spellings."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Union
 
@@ -10,6 +11,7 @@ from onnx import TensorProto, TypeProto, helper
 Dim = Union[int, str, None]  # a static size, a symbolic name, or unknown
 
 
+@functools.cache  # (onnx's lookup takes 0.6 us; a run's checks ask for it)
 def np_dtype(elem_type: int) -> np.dtype:
     """numpy dtype of an ONNX element type (bfloat16/float8/int4 come from ml_dtypes, as onnx uses)."""
     return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))

@@ -21,6 +21,7 @@ import numpy as np
 
 from onnxjit.cache.jit import njit
 from onnxjit.kernels import blas, vmath
+from onnxjit.kernels.ml_preprocess import normalize_rows
 from onnxjit.kernels.tree_ensemble import probit  # onnxruntime's ComputeProbit, one copy for the ml kernels
 
 # post_transform codes (the ONNX names)
@@ -106,7 +107,7 @@ def gemm_nt(a, b, c):
 
 
 @njit(**_JIT)
-def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, out, rows, b0, b1):
+def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, out, norm, normed, rows, b0, b1):
     """raw = x @ coef.T + bias over the row blocks [b0, b1) of `rows` rows (one BLAS GEMM per block), then per row:
 
     LINEAR_CLASSIFIER: one target: label 1 where the score is > 0, else 0; scores [1 - s, s] when `rule` (two
@@ -119,6 +120,8 @@ def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, 
     x (N, F), coef (T, F), raw (N, T) float32; out is raw but for a one-target LinearClassifier, (N, 1 or 2).
     With `offset` and `scale` (F values each; empty: none) x is first a Scaler's input: each block's rows become
     (x - offset) * scale as Scaler's kernel rounds them (ml_preprocess.scale_rows), the pipeline in one step.
+    With `norm` >= 0 (a Normalizer after a LinearClassifier: ml_preprocess's MAX, L1, L2) each block's rows of `out`
+    are normalized into `normed` as Normalizer's kernel does (normalize_rows), while they are in cache.
     Each step is its own loop over the block (bias, labels, transform), so the plain ones vectorize."""
     n = x.shape[0]
     t = coef.shape[0]
@@ -154,6 +157,8 @@ def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, 
                     out[r, 1] = v
                 else:
                     out[r, 0] = v
+            if norm >= 0:
+                normalize_rows(out, norm, normed, r0, r1)
             continue
         if mode != REGRESSOR:
             for i in range(m):
@@ -180,6 +185,8 @@ def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, 
             for i in range(m):
                 for j in range(t):
                     y[i, j] = _1 if y[i, j] > _0 else -_1
+        if norm >= 0:
+            normalize_rows(out, norm, normed, r0, r1)
 
 
 @njit(**_JIT)

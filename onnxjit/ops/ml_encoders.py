@@ -328,6 +328,8 @@ def build_dict_vectorizer(node):
     zero = "" if dtype == _STR else dtype.type(0)
     declare_outputs(node, elem_of(dtype))
     key_kind = (int,) if ints.size else (str,)
+    position = {key: i for i, key in enumerate(vocab)}
+    unique = len(position) == len(vocab)
 
     def run(m):
         if not isinstance(m, dict):
@@ -335,12 +337,19 @@ def build_dict_vectorizer(node):
         if m and not isinstance(next(iter(m)), key_kind + ((np.integer,) if ints.size else ())):
             bad_input(node, 0, f"a map with {'int64' if ints.size else 'string'} keys",
                       f"a {type(next(iter(m))).__name__} key")
-        row = [m.get(key, zero) for key in vocab]
-        if dtype == _STR:
-            out = np.empty((1, len(vocab)), dtype=object)
-            out[0, :] = row
+        if dtype == _STR or not unique:
+            out = np.empty((1, len(vocab)), dtype=object if dtype == _STR else dtype)
+            out[0, :] = [m.get(key, zero) for key in vocab]
             return (out,)
-        return (np.array(row, dtype=dtype).reshape(1, len(vocab)),)
+        # the map's entries written into a row of zeros: a map has few of a vocabulary's keys (10 of 50: 0.8 us,
+        # a list over the vocabulary 3 us)
+        out = np.zeros((1, len(vocab)), dtype=dtype)
+        row = out[0]
+        for key, v in m.items():
+            i = position.get(key)
+            if i is not None:
+                row[i] = v
+        return (out,)
     return run
 
 

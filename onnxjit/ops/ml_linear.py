@@ -41,9 +41,9 @@ from onnxjit.ir.types import TensorType
 from onnxjit.kernels import ml_linear as k
 from onnxjit.kernels.linalg import single_threaded_blas
 from onnxjit.ops.ml_common import DOMAIN, NUMERIC, Attrs, bad_input, checked_tensor, declare_outputs, rows_of
-from onnxjit.ops.ml_preprocess import build_scaler, scaler_attributes, scaler_columns
+from onnxjit.ops.ml_preprocess import build_scaler, normalizer_code, scaler_attributes, scaler_columns
 from onnxjit.ops.nn import PARALLEL_GRAIN, ro
-from onnxjit.ops.registry import register_op, register_pair
+from onnxjit.ops.registry import register_chain, register_op
 from onnxjit.worker_pool import CallSite
 
 _F32 = np.dtype(np.float32)
@@ -111,13 +111,15 @@ _NO_LABELS = np.zeros(0, np.int64)
 
 
 _NO_SCALING = (ro(np.zeros(0, np.float32)), ro(np.zeros(0, np.float32)))
+_NO_NORM = (-1, np.zeros((0, 0), np.float32))
 
 
-def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling=_NO_SCALING):
+def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling=_NO_SCALING, norming=_NO_NORM):
     """linear_rows over x's rows in blocks (site: the node's CallSite of it, x read-only float32 (N, F), raw and out
-    float32 (N, *), labels_out int64 (N,)); `scaling`: a Scaler's (offset, scale) per column applied to x first."""
+    float32 (N, *), labels_out int64 (N,)); `scaling`: a Scaler's (offset, scale) per column applied to x first;
+    `norming`: a Normalizer's (norm, output like out) applied to out's rows last."""
     n = x.shape[0]
-    args = (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out)
+    args = (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out, *norming)
     work = n * coef.size
     if work < PARALLEL_GRAIN:  # one block on this thread, as _row_blocks would cut it, with less Python (batch 1)
         if n:
@@ -129,9 +131,10 @@ def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling
 
 # --- LinearClassifier / LinearRegressor ------------------------------------------------------------------------
 @register_op("LinearClassifier", since=1, domain=DOMAIN)
-def build_linear_classifier(node, scaling=None):
+def build_linear_classifier(node, scaling=None, normalizer=None):
     """The LinearClassifier's kernel; with `scaling`, a Scaler's (offset, scale) per feature, of the Scaler before
-    it (see build_scaled_linear)."""
+    it (see build_scaled_linear); with `normalizer`, the Normalizer node reading its scores, whose output the
+    kernel returns in their place (see build_normalized_linear)."""
     a = Attrs(node)
     coef, bias = a.floats("coefficients"), a.floats("intercepts")
     post = _post(a)
@@ -160,6 +163,7 @@ def build_linear_classifier(node, scaling=None):
     site = CallSite(k.linear_rows)
     new_out = np.zeros if post == k.PROBIT else np.empty
     rule, scaling = int(two_labels), scaling or _NO_SCALING
+    norm = -1 if normalizer is None else normalizer_code(normalizer)
 
     def run(x):
         xf = _float_rows(node, x, features)
@@ -167,8 +171,12 @@ def build_linear_classifier(node, scaling=None):
         label_idx = np.empty(n, np.int64)
         out = new_out((n, cols), np.float32)
         raw = out if cols == targets else np.empty((n, targets), np.float32)
-        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling)
-        return labels[label_idx], out
+        if norm < 0:
+            _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling)
+            return labels[label_idx], out
+        normed = np.empty((n, cols), np.float32)
+        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling, (norm, normed))
+        return labels[label_idx], normed
     return run
 
 
@@ -197,34 +205,48 @@ def build_linear_regressor(node, scaling=None):
     return run
 
 
-# --- Scaler -> linear model, one step ---------------------------------------------------------------------------
-@register_pair("Scaler", "LinearClassifier", domain=DOMAIN)
-@register_pair("Scaler", "LinearRegressor", domain=DOMAIN)
-def build_scaled_linear(scaler, linear):
+# --- Scaler -> linear model -> Normalizer, one step -------------------------------------------------------------
+@register_chain("Scaler", "LinearClassifier", domain=DOMAIN)
+@register_chain("Scaler", "LinearRegressor", domain=DOMAIN)
+@register_chain("Scaler", "LinearClassifier", "Normalizer", domain=DOMAIN)
+def build_scaled_linear(scaler, linear, normalizer=None):
     """A Scaler whose only reader is a LinearClassifier or LinearRegressor (scikit-learn's StandardScaler then a
     linear model, as skl2onnx writes it), run as one kernel: linear_rows scales each block of float32 rows as
     Scaler's kernel does, then multiplies (the same float32 values reach the GEMM: results equal the two steps').
     At batch 1 the Scaler's own step cost ~3.5 us, more than its arithmetic. Inputs other than float32 [N, F]
-    with the model's F features run through the two ops' kernels one after the other."""
+    with the model's F features run through the ops' kernels one after the other. A Normalizer of the
+    classifier's scores joins the kernel as in build_normalized_linear."""
     t = scaler.inputs[0].type if scaler.inputs and scaler.inputs[0] is not None else None
     if not isinstance(t, TensorType) or t.elem_type != T.FLOAT:
         return None
     classifier = linear.op_type == "LinearClassifier"
-    build = build_linear_classifier if classifier else build_linear_regressor
     la = Attrs(linear)
     targets = la.floats("intercepts").size if classifier else int(la.get("targets", 1))
     features = la.floats("coefficients").size // max(targets, 1)
     offset, scale = scaler_attributes(scaler)
     if offset.size not in (1, features):
         return None  # the Scaler's own kernel names the mismatch when it runs
-    fused = build(linear, scaler_columns(scaler, offset, scale, features, _F32))
-    scale_alone, linear_alone = build_scaler(scaler), build(linear)
+    scaling = scaler_columns(scaler, offset, scale, features, _F32)
+    if classifier:
+        fused = build_linear_classifier(linear, scaling, normalizer)
+        linear_alone = build_linear_classifier(linear, None, normalizer)
+    else:
+        fused, linear_alone = build_linear_regressor(linear, scaling), build_linear_regressor(linear)
+    scale_alone = build_scaler(scaler)
 
     def run(x):
         if type(x) is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.shape[1] == features:
             return fused(x)
         return linear_alone(scale_alone(x)[0])
     return run
+
+
+@register_chain("LinearClassifier", "Normalizer", domain=DOMAIN)
+def build_normalized_linear(linear, normalizer):
+    """A Normalizer whose input is a LinearClassifier's scores (skl2onnx's LogisticRegression: L1 over the
+    probabilities), run in the classifier's kernel over each block of rows (linear_rows' `norm`): at batch 1 the
+    Normalizer's own step cost ~1.8 us. Its output takes the scores' place: (labels, normalized scores)."""
+    return build_linear_classifier(linear, None, normalizer)
 
 
 # --- SVMs ------------------------------------------------------------------------------------------------------

@@ -110,14 +110,19 @@ def build_scaler(node):
 
 
 # --- Normalizer ------------------------------------------------------------------------------------------------
-@register_op("Normalizer", since=1, domain=DOMAIN)
-def build_normalizer(node):
+def normalizer_code(node) -> int:
+    """The Normalizer's norm as normalize_rows takes it (MAX, L1, L2), its output typed float."""
     a = Attrs(node)
     name = a.get("norm", "MAX")
     if name not in k.NORMS:
         a.fail(f"unknown norm {name!r} (expected MAX, L1 or L2)")
-    norm = k.NORMS[name]
     declare_outputs(node, T.FLOAT)
+    return k.NORMS[name]
+
+
+@register_op("Normalizer", since=1, domain=DOMAIN)
+def build_normalizer(node):
+    norm = normalizer_code(node)
     sites = CallSites(k.normalize_rows)  # by x's dtype code
 
     def run(x):

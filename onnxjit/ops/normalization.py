@@ -38,7 +38,7 @@ from onnxjit.kernels import normalization as kn
 from onnxjit.kernels import reduce as kr
 from onnxjit.ops.nn import ro, run_units
 from onnxjit.ops.reduce import F32, F64, compute_float, input_elem
-from onnxjit.ops.registry import attr, register_op, register_pair
+from onnxjit.ops.registry import attr, register_chain, register_op
 
 FLOATS = frozenset({T.FLOAT16, T.BFLOAT16, T.FLOAT, T.DOUBLE})
 # Softmax on halves is left to the fallback: computing in float32 and rounding once differs from the
@@ -286,8 +286,8 @@ def _build_softmax_layer_norm(mode: int):
     return build
 
 
-register_pair("Softmax", "LayerNormalization")(_build_softmax_layer_norm(SOFTMAX))
-register_pair("LogSoftmax", "LayerNormalization")(_build_softmax_layer_norm(LOGSOFTMAX))
+register_chain("Softmax", "LayerNormalization")(_build_softmax_layer_norm(SOFTMAX))
+register_chain("LogSoftmax", "LayerNormalization")(_build_softmax_layer_norm(LOGSOFTMAX))
 
 
 # --- com.onnxjit SkipLayerNormalization -----------------------------------------------------------------------------

@@ -60,27 +60,30 @@ def builder_for(node: Node) -> Builder | None:
     return None if since is None else versions[since]
 
 
-# --- pairs run as one kernel ---------------------------------------------------------------------------------
-# A pair builder takes (producer, consumer) where the consumer's input 0 is the producer's only output and read
-# by nothing else; it returns a kernel `fn(*producer_inputs, *consumer_inputs[1:]) -> consumer outputs` that
-# computes both in one pass over memory (Softmax -> LayerNormalization), or None.
-PairBuilder = Callable[[Node, Node], "Kernel | None"]
-PAIRS: dict[tuple[str, str, str], PairBuilder] = {}
+# --- chains run as one kernel --------------------------------------------------------------------------------
+# A chain builder takes the nodes of a chain (each node's input 0 an output of the node before it, read by nothing
+# else and not a graph output) and returns a kernel computing them all in one step, or None. The kernel takes the
+# first node's inputs, then each later node's inputs after the first, and returns the outputs of every node but
+# the values linking them, in node order (Softmax -> LayerNormalization in one pass over memory; a Scaler, a
+# LinearClassifier and a Normalizer as one kernel over each block of rows).
+ChainBuilder = Callable[..., "Kernel | None"]
+CHAINS: dict[tuple[str, tuple[str, ...]], ChainBuilder] = {}
 
 
-def register_pair(producer_op: str, consumer_op: str, domain: str = "") -> Callable[[PairBuilder], PairBuilder]:
-    """Register a pair builder for producer_op -> consumer_op, both of `domain` (any opsets; the builder checks
-    them)."""
-    def deco(build: PairBuilder) -> PairBuilder:
-        PAIRS[(domain, producer_op, consumer_op)] = build
+def register_chain(*op_types: str, domain: str = "") -> Callable[[ChainBuilder], ChainBuilder]:
+    """Register a chain builder for nodes of `op_types` in that order, all of `domain` (any opsets; the builder
+    checks them)."""
+    def deco(build: ChainBuilder) -> ChainBuilder:
+        CHAINS[(domain, tuple(op_types))] = build
         return build
     return deco
 
 
-def pair_builder_for(producer: Node, consumer: Node) -> PairBuilder | None:
-    if producer.domain != consumer.domain:
+def chain_builder_for(nodes: list[Node]) -> ChainBuilder | None:
+    domain = nodes[0].domain
+    if any(n.domain != domain for n in nodes):
         return None
-    return PAIRS.get((producer.domain, producer.op_type, consumer.op_type))
+    return CHAINS.get((domain, tuple(n.op_type for n in nodes)))
 
 
 # --- helpers builders use ------------------------------------------------------------------------------------

@@ -24,7 +24,7 @@ from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
-from onnxjit.ops.registry import Kernel, builder_for, pair_builder_for
+from onnxjit.ops.registry import Kernel, builder_for, chain_builder_for
 from onnxjit.progress import progress_bar
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.providers.placement import place_concat_inputs
@@ -124,30 +124,33 @@ class CPUExecutionProvider(ExecutionProvider):
             elif item.domain == "" and item.op_type in CONTROL_FLOW_OPS:
                 steps.append(control_flow_step(item, compiler, self.name))
             else:
-                pair = self._pair_step(steps[-1] if steps else None, item, external)
-                if pair is not None:
-                    steps[-1] = pair
+                chain = self._chain_step(steps[-1] if steps else None, item, external)
+                if chain is not None:
+                    steps[-1] = chain
                     continue
                 steps.append(Step([item], self.name, [v.name if v is not None else "" for v in item.inputs],
                                   [v.name for v in item.outputs], self._kernel(item)))
         self._precompile(static)
         return place_concat_inputs(steps, external)
 
-    def _pair_step(self, prev: Step | None, node: Node, external: set[str]) -> Step | None:
-        """One step for `node` and the op step before it when the op registry has a kernel for the pair and
-        the value between them is read by `node` alone (it then never exists in memory)."""
-        if prev is None or prev.bind is not None or len(prev.nodes) != 1 or not node.inputs:
+    def _chain_step(self, prev: Step | None, node: Node, external: set[str]) -> Step | None:
+        """One step for `node` and the op step before it when the op registry has a kernel for their chain of
+        nodes (registry.register_chain) and the value linking them, input 0 of `node`, is read by `node` alone
+        (it then never exists in memory)."""
+        if prev is None or prev.bind is not None or not prev.nodes or not node.inputs:
             return None
-        producer, v = prev.nodes[0], node.inputs[0]
-        if v is None or v.producer is not producer or len(producer.outputs) != 1 or len(v.uses) != 1 \
-                or v.name in external:
+        producer, v = prev.nodes[-1], node.inputs[0]
+        if v is None or v.producer is not producer or len(v.uses) != 1 or v.name in external \
+                or v.name not in prev.outputs:
             return None
-        build = pair_builder_for(producer, node)
-        kernel = build(producer, node) if build is not None else None
+        nodes = prev.nodes + [node]
+        build = chain_builder_for(nodes)
+        kernel = build(*nodes) if build is not None else None
         if kernel is None:
             return None
         inputs = prev.inputs + [u.name if u is not None else "" for u in node.inputs[1:]]
-        return Step([producer, node], self.name, inputs, [u.name for u in node.outputs], kernel)
+        outputs = [n for n in prev.outputs if n != v.name] + [u.name for u in node.outputs]
+        return Step(nodes, self.name, inputs, outputs, kernel)
 
     def _precompile(self, static: list[tuple[Step, list]]) -> None:
         """Compile (or load from the artifact cache) the kernels whose shapes are known now, with a progress bar

@@ -24,7 +24,7 @@ from onnxjit.providers.base import KNOWN_PROVIDER_NAMES, PROVIDERS, ExecutionPro
 from onnxjit.session.executor import CompiledGraph
 from onnxjit.session.iobinding import IOBinding, OrtValue, is_device_value
 from onnxjit.session.loader import check_versions, checker_complaint, load_model_proto
-from onnxjit.worker_pool import keep_workers_off_this_core, thread_count
+from onnxjit.worker_pool import thread_count
 from onnxjit.optimizer import OptimizationReport, OptimizerError, optimize
 from onnxjit.session.options import GraphOptimizationLevel, RunOptions, SessionOptions
 from onnxjit.session.partition import compile_graph
@@ -225,8 +225,6 @@ class InferenceSession:
             threads = self._threads
             if threads > 0 and thread_count() != threads:
                 _set_num_threads(threads)
-            if threads != 1:
-                keep_workers_off_this_core()
             values = self._compiled.run(feeds)
         else:
             values = self._run_compiled(self._compiled, feeds, run_options)
@@ -244,8 +242,6 @@ class InferenceSession:
                     feeds[name] = copy_to_host(feeds[name])
         if self._threads > 0:
             _set_num_threads(self._threads)
-        if self._threads != 1:
-            keep_workers_off_this_core()
         should_stop = (lambda: run_options.terminate) if run_options is not None else None
         profile = [] if self._profile is not None else None
         first_run = None
@@ -420,7 +416,7 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
         if not isinstance(value, dict):
             raise InvalidArgument(f"{what}: expected a dict for {type_string(t)}, got {type(value).__name__}")
         if isinstance(t.value, TensorType):  # values in the map's declared type, as onnxruntime converts them
-            return {k: np.asarray(v, dtype=t.value.dtype)[()] for k, v in value.items()}
+            return _map_values_as(what, value, t.value)
         return value
     if isinstance(t, (TensorType, SparseTensorType)):
         if isinstance(value, np.generic):
@@ -442,6 +438,19 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
         _check_dims(what, value, t, overrides)
         return value
     return value
+
+
+def _map_values_as(what: str, value: dict, t: TensorType) -> dict:
+    """The map with its values converted to t's dtype (numpy scalars), all in one array where they are scalars (one
+    conversion at a time cost 0.5 us a value: half the run of a batch-1 DictVectorizer pipeline)."""
+    dtype = t.dtype
+    try:
+        values = np.array(list(value.values()), dtype=dtype)
+        if values.ndim == 1:
+            return dict(zip(value, values))
+        return {k: np.asarray(v, dtype=dtype)[()] for k, v in value.items()}
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument(f"{what}: the map's values do not convert to {type_string(t)}: {e}") from e
 
 
 def _check_dims(what: str, value: Any, t: TensorType, overrides: dict[str, int]) -> None:
