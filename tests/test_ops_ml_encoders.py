@@ -123,6 +123,52 @@ def test_one_hot_encoder_errors():
             native_session(ml_model("OneHotEncoder", attrs, T.INT64, T.FLOAT))
 
 
+def _column_one_hots(x_elem, cats, index_shape=(1,), gathered_out=False):
+    """skl2onnx's ColumnTransformer over categorical columns: per column j of X [N, C] a Gather (constant index j,
+    axis 1) and a OneHotEncoder of its categories, then a Concat; with `gathered_out` the first Gather's output is
+    a graph output too (so that pair cannot run as one step)."""
+    nodes, inits, encoded = [], [], []
+    for j, c in enumerate(cats):
+        inits.append(numpy_helper.from_array(np.full(index_shape, j, np.int64), f"col{j}"))
+        nodes.append(helper.make_node("Gather", ["X", f"col{j}"], [f"g{j}"], axis=1, name=f"gather{j}"))
+        key = "cats_strings" if x_elem == T.STRING else "cats_int64s"
+        nodes.append(helper.make_node("OneHotEncoder", [f"g{j}"], [f"h{j}"], domain="ai.onnx.ml", name=f"hot{j}",
+                                      **{key: c}, zeros=1))
+        encoded.append(f"h{j}")
+    nodes.append(helper.make_node("Concat", encoded, ["Y"], axis=-1))
+    outs = [helper.make_tensor_value_info("Y", T.FLOAT, None)]
+    if gathered_out:
+        outs.append(helper.make_tensor_value_info("g0", x_elem, None))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("X", x_elem, [None, len(cats)])], outs,
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    model.ir_version = 8
+    return model
+
+
+@pytest.mark.parametrize("kind", ["strings", "ints"])
+@pytest.mark.parametrize("index_shape", [(1,), ()])
+@pytest.mark.parametrize("rows", [1, 40])
+def test_gather_of_a_column_then_one_hot_encoder_is_one_step(kind, index_shape, rows, rng):
+    """Each column's Gather and OneHotEncoder run as one step (the encoder moves up to its Gather, past the other
+    columns' Gathers): outputs as onnxruntime's, and as with the Gather apart."""
+    if kind == "strings":
+        cats = [["red", "green", "blue"], ["S", "M"], [f"town{i}" for i in range(12)]]
+        x = np.array([[rng.choice(c + ["other"]) for c in cats] for _ in range(rows)], dtype=object)
+        elem = T.STRING
+    else:
+        cats = [[3, 1, 7], [0, 5], list(range(12))]
+        x = np.stack([rng.integers(-1, 13, rows) for _ in cats], axis=1).astype(np.int64)
+        elem = T.INT64
+    model = _column_one_hots(elem, cats, index_shape)
+    steps = native_session(model)._compiled.steps
+    assert [[n.op_type for n in s.nodes] for s in steps] == [["Gather", "OneHotEncoder"]] * 3 + [["Concat"]]
+    got = check(model, x)
+    apart = native_session(_column_one_hots(elem, cats, index_shape, gathered_out=True))
+    assert [n.op_type for n in apart._compiled.steps[0].nodes] == ["Gather"]
+    np.testing.assert_array_equal(got[0], apart.run(None, {"X": x})[0])
+
+
 # --- LabelEncoder ----------------------------------------------------------------------------------------------
 def test_label_encoder_1():
     """classes_strings: a string's index (the last of duplicates), an index's string; default_* or -1/'_Unused'."""

@@ -47,8 +47,9 @@ from onnx import TensorProto as T
 
 from onnxjit.ops.ml_common import (DOMAIN, ELEM_DTYPES, Attrs, bad_input, checked_tensor, declare_outputs, describe,
                                    elem_of, map_type, output_elem, tensor_dtype)
-from onnxjit.ops.nn import ro
-from onnxjit.ops.registry import register_op
+from onnxjit.ops.indexing import build_gather
+from onnxjit.ops.nn import constant_input, ro
+from onnxjit.ops.registry import attr, register_chain, register_op
 
 _I64, _F32, _F64 = np.dtype(np.int64), np.dtype(np.float32), np.dtype(np.float64)
 _STR = np.dtype(object)
@@ -162,6 +163,27 @@ def build_one_hot_encoder(node):
             if missing >= 0 and not zeros:
                 unknown(x, missing)
         return (out.reshape(x.shape + (n_cats,)),)
+    return run
+
+
+@register_chain("Gather", ("ai.onnx.ml", "OneHotEncoder"))
+def build_column_one_hot(gather, encoder):
+    """A Gather of one constant column of a 2-D input (axis 1) whose only reader is a OneHotEncoder, as skl2onnx
+    writes a ColumnTransformer's categorical columns, in one step: the encoder reads the column's view. At batch 1
+    the Gather's own step cost ~1.3 us, as much as the encoding."""
+    idx = constant_input(gather, 1)
+    if len(gather.inputs) != 2 or idx is None or idx.size != 1 or int(attr(gather, "axis", 0)) not in (1, -1):
+        return None
+    gather_alone, encode = build_gather(gather), build_one_hot_encoder(encoder)
+    if gather_alone is None or encode is None:
+        return None
+    column = int(idx.reshape(-1)[0])
+
+    def run(data, indices):
+        if type(data) is np.ndarray and data.ndim == 2 and -data.shape[1] <= column < data.shape[1] \
+                and indices is idx:
+            return encode(data[:, column].reshape((data.shape[0],) + idx.shape))
+        return encode(gather_alone(data, indices)[0])
     return run
 
 

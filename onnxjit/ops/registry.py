@@ -67,23 +67,24 @@ def builder_for(node: Node) -> Builder | None:
 # the values linking them, in node order (Softmax -> LayerNormalization in one pass over memory; a Scaler, a
 # LinearClassifier and a Normalizer as one kernel over each block of rows).
 ChainBuilder = Callable[..., "Kernel | None"]
-CHAINS: dict[tuple[str, tuple[str, ...]], ChainBuilder] = {}
+CHAINS: dict[tuple[tuple[str, str], ...], ChainBuilder] = {}
+CHAIN_ENDS: set[tuple[str, str]] = set()  # the (domain, op_type) some chain ends with
 
 
-def register_chain(*op_types: str, domain: str = "") -> Callable[[ChainBuilder], ChainBuilder]:
-    """Register a chain builder for nodes of `op_types` in that order, all of `domain` (any opsets; the builder
-    checks them)."""
+def register_chain(*op_types: str | tuple[str, str], domain: str = "") -> Callable[[ChainBuilder], ChainBuilder]:
+    """Register a chain builder for nodes of `op_types` in that order, each of `domain` unless given as (domain,
+    op_type) (any opsets; the builder checks them)."""
+    key = tuple(op if isinstance(op, tuple) else (domain, op) for op in op_types)
+
     def deco(build: ChainBuilder) -> ChainBuilder:
-        CHAINS[(domain, tuple(op_types))] = build
+        CHAINS[key] = build
+        CHAIN_ENDS.add(key[-1])
         return build
     return deco
 
 
 def chain_builder_for(nodes: list[Node]) -> ChainBuilder | None:
-    domain = nodes[0].domain
-    if any(n.domain != domain for n in nodes):
-        return None
-    return CHAINS.get((domain, tuple(n.op_type for n in nodes)))
+    return CHAINS.get(tuple((n.domain, n.op_type) for n in nodes))
 
 
 # --- helpers builders use ------------------------------------------------------------------------------------

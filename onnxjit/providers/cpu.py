@@ -24,7 +24,7 @@ from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
-from onnxjit.ops.registry import Kernel, builder_for, chain_builder_for
+from onnxjit.ops.registry import CHAIN_ENDS, Kernel, builder_for, chain_builder_for
 from onnxjit.progress import progress_bar
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.providers.placement import place_concat_inputs
@@ -124,33 +124,40 @@ class CPUExecutionProvider(ExecutionProvider):
             elif item.domain == "" and item.op_type in CONTROL_FLOW_OPS:
                 steps.append(control_flow_step(item, compiler, self.name))
             else:
-                chain = self._chain_step(steps[-1] if steps else None, item, external)
-                if chain is not None:
-                    steps[-1] = chain
+                if self._join_chain(steps, item, external):
                     continue
                 steps.append(Step([item], self.name, [v.name if v is not None else "" for v in item.inputs],
                                   [v.name for v in item.outputs], self._kernel(item)))
         self._precompile(static)
         return place_concat_inputs(steps, external)
 
-    def _chain_step(self, prev: Step | None, node: Node, external: set[str]) -> Step | None:
-        """One step for `node` and the op step before it when the op registry has a kernel for their chain of
-        nodes (registry.register_chain) and the value linking them, input 0 of `node`, is read by `node` alone
-        (it then never exists in memory)."""
-        if prev is None or prev.bind is not None or not prev.nodes or not node.inputs:
-            return None
-        producer, v = prev.nodes[-1], node.inputs[0]
-        if v is None or v.producer is not producer or len(v.uses) != 1 or v.name in external \
-                or v.name not in prev.outputs:
-            return None
+    def _join_chain(self, steps: list[Step], node: Node, external: set[str]) -> bool:
+        """Join `node` to the op step that computes its input 0 when the op registry has a kernel for their chain
+        of nodes (registry.register_chain) and that value is read by `node` alone (it then never exists in
+        memory). The step may be an earlier one (a Gather per column, then a OneHotEncoder per column): `node`
+        moves up to it when its other inputs are ready there."""
+        v = node.inputs[0] if node.inputs else None
+        if v is None or v.producer is None or len(v.uses) != 1 or v.name in external \
+                or (node.domain, node.op_type) not in CHAIN_ENDS:
+            return False
+        at = next((i for i in range(len(steps) - 1, -1, -1) if v.name in steps[i].outputs), None)
+        if at is None:
+            return False
+        prev = steps[at]
+        if prev.bind is not None or not prev.nodes or prev.nodes[-1] is not v.producer:
+            return False
+        later = {n for s in steps[at + 1:] for n in s.outputs}
+        if any(u is not None and u.name in later for u in node.inputs[1:]):
+            return False  # an input computed after that step
         nodes = prev.nodes + [node]
         build = chain_builder_for(nodes)
         kernel = build(*nodes) if build is not None else None
         if kernel is None:
-            return None
+            return False
         inputs = prev.inputs + [u.name if u is not None else "" for u in node.inputs[1:]]
         outputs = [n for n in prev.outputs if n != v.name] + [u.name for u in node.outputs]
-        return Step(nodes, self.name, inputs, outputs, kernel)
+        steps[at] = Step(nodes, self.name, inputs, outputs, kernel)
+        return True
 
     def _precompile(self, static: list[tuple[Step, list]]) -> None:
         """Compile (or load from the artifact cache) the kernels whose shapes are known now, with a progress bar
