@@ -43,6 +43,7 @@ from onnxjit.kernels.packed_gemm import (MR, add_rows, aligned_start, bias_rows,
 from onnxjit.kernels.simd import (LANES, LINE_FLOATS, aligned_array, aligned_empty, aligned_full, columns,
                                   into_window, prefetch_l2, to_planes, vclamp, vfma, vload, vload_cols,
                                   vload_even_cols, vsplat, vstore, vstore_first)
+from onnxjit.kernels.views import read_only
 from onnxjit.kernels.views import u64 as _u
 
 
@@ -1383,7 +1384,9 @@ def conv_winograd_packed(x, up, m_out, bias, z, ph, pw, tile_rows, m_block, kind
     no_bias = bias[:0]
     lo, hi = np.float32(-np.inf), np.float32(np.inf)
     xf, zf = x.reshape(-1), z.reshape(-1)
-    no_z = mx[:0]  # the residual is added by the output transform
+    # the residual is added by the output transform; read-only, as conv_packed's, so that gemm_blocked compiles
+    # once for both (a writable one was a second signature: ~1 s of a cold start)
+    no_z = read_only(mx[:0])
     for u in range(u0, u1):
         n, tr0, nr, m0, m1 = _winograd_unit(u, n_ch, oh, ow, tile_rows, m_block, m_out)
         nt = nr * wq

@@ -396,7 +396,7 @@ def gemm_prepacked(a, row0, row1, alpha, bp, blk0, width, chunk_blocks, cb, cf, 
                 for i in range(k):
                     scratch[_u(dst + i * MR)] = np.float32(0)
     ct = _u(panels * MR * k)
-    no_bias = scratch[:0]
+    no_bias = read_only(scratch[:0])  # (read-only, as the convs' bias and residual: one compile of the microkernel)
     c0 = _u(c0)
     c_rs = _u(c_rs)
     for j in range(0, width, step):
