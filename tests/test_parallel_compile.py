@@ -31,6 +31,17 @@ def _add_one(x, out):
         out[i] = x[i] + 1
 
 
+@njit(cache=True, nogil=True)
+def _times_two(x, out):
+    for i in range(x.size):
+        out[i] = x[i] * 2
+
+
+@njit(cache=True, nogil=True)
+def _ceil_div(a, b):
+    return -(-a // b)
+
+
 def _convnet(rng):
     """Conv + Relu + MaxPool + Softmax over a small image of a symbolic batch, and a Tanh * Sigmoid chain:
     hand-written kernels, a thread-pool launch, and generated kernels bound when the run meets their shapes."""
@@ -74,9 +85,12 @@ def test_recording_notes_and_skips_a_call_without_code():
         fresh(x, out)
         fresh(x, out)  # noted once
         fresh(x.astype(np.float64), out)
+        # a call over scalars alone (a plan-time helper, as a conv's tile count) is compiled and called: its
+        # result decides what the run does next
+        assert njit(cache=True, nogil=True)(_ceil_div.py_func)(7, 2) == 4
     assert len(recorder.jobs) == 2 and not fresh.overloads
     np.testing.assert_array_equal(out, 0)  # skipped
-    for job in recorder.jobs:
+    for _, job in recorder.jobs:
         job()
     assert len(fresh.overloads) == 2
     fresh(x, out)
@@ -100,11 +114,50 @@ def test_recording_notes_and_skips_a_generated_kernel(tmp_path):
         skipped = store.load(source)
         skipped.kernel(np.ones(2, np.float32), np.zeros(2, np.float32), 0, 2)  # does nothing
     assert skipped.compiled == 0 and len(recorder.jobs) == 1 and not store.entries()
-    loaded = recorder.jobs[0]()
+    loaded = recorder.jobs[0][1]()
     assert loaded.compiled == 1 and len(store.entries()) == 1
     out = np.zeros(2, np.float32)
     loaded.kernel(np.ones(2, np.float32), out, 0, 2)
     np.testing.assert_array_equal(out, 3)
+
+
+HELPER_COMPILING = textwrap.dedent("""\
+    import os, sys, time
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    from test_parallel_compile import _times_two
+    time.sleep(1.0)  # the session's run meets the signature first, and waits
+    _times_two(np.zeros(4, np.float32), np.zeros(4, np.float32))  # compiled into the cache
+    os.remove(sys.argv[2])
+    """)
+
+
+def test_a_first_run_waits_for_a_helper_compiling_the_signature_it_misses(tmp_path, monkeypatch):
+    """Where the session's run meets a kernel signature a helper is compiling (its marker file is in the job's
+    folder), it waits and loads the helper's code instead of compiling it too."""
+    import numba
+    monkeypatch.setattr(numba.config, "CACHE_DIR", str(tmp_path / "numba"))
+    run_side = njit(cache=True, nogil=True)(_times_two.py_func)  # nothing compiled, an empty cache
+    x, out = np.arange(4, dtype=np.float32), np.zeros(4, np.float32)
+    argtypes = tuple(run_side.typeof_pyval(a) for a in (x, out))
+    marker = tmp_path / "job" / parallel_compile.COMPILING / parallel_compile.compiling_marker(run_side.py_func,
+                                                                                                argtypes)
+    marker.parent.mkdir(parents=True)
+    marker.touch()
+    helper = subprocess.Popen([sys.executable, "-c", HELPER_COMPILING, os.path.dirname(os.path.abspath(__file__)),
+                               str(marker)], env=dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba")))
+    first_run = parallel_compile.FirstRun(1, (None, {}))
+    first_run._dir, first_run._procs = str(tmp_path / "job"), [helper]
+    parallel_compile._armed.first_run = first_run
+    try:
+        run_side(x, out)
+    finally:
+        parallel_compile._armed.first_run = None
+        helper.wait(timeout=300)
+    assert helper.returncode == 0 and not marker.exists()
+    np.testing.assert_array_equal(out, x * 2)
+    stats = run_side.stats
+    assert sum(stats.cache_hits.values()) == 1 and sum(stats.cache_misses.values()) == 0, stats
 
 
 def _job_dir(tmp_path, model, feeds, settings) -> str:

@@ -67,6 +67,11 @@ class KernelCache(caching.FunctionCache):
             cres = self._load_overload(sig, target_context)
         if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
             cres = None  # an entry written for another signature: compile this one instead
+        if cres is None and parallel_compile.wait_for_helper(self._py_func, sig):
+            with self._guard_against_spurious_io_errors():  # a helper was compiling it: its code, if it finished
+                cres = self._load_overload(sig, target_context)
+            if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
+                cres = None
         if cres is None:
             parallel_compile.cache_missed()  # a compile follows: a session's first run starts its helpers
         return cres
