@@ -56,6 +56,7 @@ PARALLEL_GRAIN = 1 << 17
 CHUNKS_PER_THREAD = 4  # blocks some ops cut their work into, per thread (linalg, conv_transpose)
 SPIN_SECONDS = 2e-3  # a worker polls this long after its last share before it sleeps
 YIELD_SECONDS = 20e-6  # a polling thread yields its core this often
+CORE_CHECK_SECONDS = 1e-3  # how often a job may check that no pinned worker shares the caller's core
 MAX_SHARES = 0xFFFF  # shares of one job: a 16-bit field of the _CLAIM word
 
 # the state array: _CLAIM = job number << 32 | shares << 16 | next share; shares done and failed; the job's share
@@ -349,6 +350,7 @@ class WorkerPool:
         self._grow_lock = threading.Lock()
         self._pins: dict[int, tuple[int, int]] = {}  # pinned worker k -> (native thread id, core)
         self._pinned_cores: frozenset[int] = frozenset()  # the cores in _pins, for the check before each job
+        self._core_checked = 0.0  # when that check last ran (perf_counter)
         self._cores: list[int] = []  # the cores the workers may be pinned to
         self._pins_lock = threading.Lock()
         per_pause = self._seconds_per_pause()
@@ -421,10 +423,14 @@ class WorkerPool:
         try:
             if self._pinned_cores:
                 # a pinned worker on the caller's core would take turns with it (affinity.py): moved first. Here
-                # and not at each run's start, so runs that never split work (batch 1) skip the 0.8 us check
-                cpu = affinity.current_cpu()
-                if cpu in self._pinned_cores:
-                    self.step_aside(cpu)
+                # and not at each run's start, so runs that never split work (batch 1) skip the 0.8 us check; at
+                # most once a millisecond (a conv net's run makes 50 jobs)
+                now = time.perf_counter()
+                if now - self._core_checked > CORE_CHECK_SECONDS:
+                    self._core_checked = now
+                    cpu = affinity.current_cpu()
+                    if cpu in self._pinned_cores:
+                        self.step_aside(cpu)
             if self._workers < threads - 1:
                 self._ensure_workers(threads - 1)
             if self._sleepers:
