@@ -29,7 +29,7 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sess = onnxjit.InferenceSession(path)
     print(f"onnxjit: session created in {time.perf_counter() - t0:.2f} s, providers {sess.get_providers()}")
-    print("onnxjit: first run (on a new machine this compiles the kernels, for about half a minute; they are cached "
+    print("onnxjit: first run (on a new machine this compiles the kernels, for 10-30 seconds; they are cached "
           "for later processes) ...", flush=True)
     t0 = time.perf_counter()
     got = sess.run(None, feeds)
