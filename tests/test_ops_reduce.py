@@ -481,3 +481,28 @@ def test_softmax_then_layer_norm(op, sm_axis, ln_axis, dtype, n_out, softmax_is_
     want = ort.InferenceSession(model.SerializeToString()).run(None, {"x": x})
     for g, w in zip(got, want):
         assert_close(g, w)
+
+
+@pytest.mark.parametrize("scale_after", [False, True])
+def test_softmax_then_layer_norm_with_a_step_between(scale_after):
+    """A LayerNormalization moves up to the Softmax step before it, past a step it does not read; one whose scale
+    that later step computes stays a step of its own (the value is not there yet at the Softmax step)."""
+    x = _data((3, 5, 16), np.float32, seed=3)
+    scale_in = _data((16,), np.float32, seed=4)
+    nodes = [helper.make_node("Softmax", ["x"], ["s"], axis=-1),
+             helper.make_node("Neg", ["scale_in"], ["neg"]),  # a step between the two
+             helper.make_node("LayerNormalization", ["s", "neg" if scale_after else "scale_in"], ["y"], axis=-1)]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", T.FLOAT, x.shape),
+                                           helper.make_tensor_value_info("scale_in", T.FLOAT, [16])],
+                              [helper.make_tensor_value_info("y", T.FLOAT, None),
+                               helper.make_tensor_value_info("neg", T.FLOAT, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    sess = cpu_session(model)
+    steps = [[n.op_type for n in s.nodes] for s in sess._compiled.steps]
+    if scale_after:
+        assert steps == [["Softmax"], ["Neg"], ["LayerNormalization"]]
+    else:
+        assert steps == [["Softmax", "LayerNormalization"], ["Neg"]]
+    feeds = {"x": x, "scale_in": scale_in}
+    for g, w in zip(sess.run(None, feeds), ort.InferenceSession(model.SerializeToString()).run(None, feeds)):
+        assert_close(g, w)
