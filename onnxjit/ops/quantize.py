@@ -477,13 +477,29 @@ class ConstantBProducts:
     def run(self, a, za, a_scale=None, col_bias=None):
         """The product for A (its zero point `za` one value; `a_scale` with a float output, plus col_bias where
         given, as _column_bias makes it), or None."""
+        return self._run(a, za, np.int32 if a_scale is None else np.float32, a_scale, col_bias)
+
+    def run_requantized(self, a, za, mult, zy, y_dtype):
+        """QLinearMatMul's product for A, requantized into y_dtype: saturate(rint(sum * mult) + zy), `mult` one
+        float32 multiplier or one per column of B (a_scale * b_scale / y_scale), or None."""
+        n = self.b.shape[1]
+        mult = np.asarray(mult, np.float32).reshape(-1)
+        if mult.size not in (1, n):
+            raise ValueError(f"{self.op}: the scale of B must be a scalar or one per column of B ({n}), got "
+                             f"{mult.size} values")
+        info = np.iinfo(y_dtype)
+        requant = (ro(np.full((1, n), mult[0], np.float32) if mult.size == 1 else mult.reshape(1, n)), int(zy),
+                   np.float32(int(info.min) - int(zy)), np.float32(int(info.max) - int(zy)))
+        return self._run(a, za, np.dtype(y_dtype).type, None, None, requant)
+
+    def _run(self, a, za, out_dtype, a_scale, col_bias, requant=None):
         if np.ndim(za) > 1 or np.size(za) != 1 or type(a) is not np.ndarray or a.ndim < 2:
             return None
-        call = self._call(a.shape, a.dtype, a_scale is None)
+        call = self._call(a.shape, a.dtype, out_dtype)
         ms.check_8bit(self.op, A=a)
         at, rowsum = self._a_buffers(call)
         kq.pack_rows(np.ascontiguousarray(a).reshape(1, call.m, -1), call.a_offset, at, rowsum)
-        return self._product(call, at, rowsum, za, a_scale, col_bias)
+        return self._product(call, at, rowsum, za, a_scale, col_bias, requant)
 
     def run_quantizing(self, x, col_bias=None):
         """DynamicQuantizeMatMul's product for float32 x (2-D or more), or None: x quantized as DynamicQuantizeLinear
@@ -491,20 +507,22 @@ class ConstantBProducts:
         GEMM's packed A (kq.quantize_pack_rows)."""
         if type(x) is not np.ndarray or x.ndim < 2 or x.dtype != np.float32:
             return None
-        call = self._call(x.shape, np.dtype(np.uint8), False)
+        call = self._call(x.shape, np.dtype(np.uint8), np.float32)
         scale, zp = ms.dynamic_quantization(x)
         at, rowsum = self._a_buffers(call)
         run_units(kq.quantize_pack_rows, (ro_reshaped(x, (call.m, x.shape[-1])), np.float32(scale), np.float32(zp),
                                           call.a_offset, at, rowsum), at.shape[1], 4 * x.size)
         return self._product(call, at, rowsum, zp, scale, col_bias)
 
-    def _call(self, shape, dtype, int_output) -> _PreparedProduct:
-        key = (shape, dtype.char, int_output)
+    def _call(self, shape, dtype, out_dtype) -> _PreparedProduct:
+        """The prepared product for A's shape and dtype, into out_dtype (np.int32: the sums; np.float32: scaled by
+        the scales; an 8-bit type: requantized)."""
+        key = (shape, dtype.char, out_dtype)
         call = self.calls.get(key)
         if call is None:
             # (a zero-stride stand-in for A: _prepare reads its shape and type)
             stand_in = np.lib.stride_tricks.as_strided(np.zeros(1, dtype), shape, (0,) * len(shape))
-            call = self.calls[key] = self._prepare(stand_in, int_output)
+            call = self.calls[key] = self._prepare(stand_in, out_dtype)
         return call
 
     @staticmethod
@@ -514,18 +532,23 @@ class ConstantBProducts:
         return at, np.empty((1, at.shape[1]), np.int32)
 
     @staticmethod
-    def _product(call: _PreparedProduct, at, rowsum, za, a_scale, col_bias):
+    def _product(call: _PreparedProduct, at, rowsum, za, a_scale, col_bias, requant=None):
+        """The kernel's call; `requant`: (mult_c (1, N), zy, lowest - zy, highest - zy) for an 8-bit output."""
         m = call.m
         bp, zb_t, colterm, bias, ones_m, mult_c = call.b_terms
         za2 = np.full((1, m), int(np.asarray(za).reshape(-1)[0]) - call.a_offset, np.int32)
         mult_r = ones_m if a_scale is None else np.full((1, m), a_scale, np.float32)
         out = np.empty((1, m, call.out_shape[-1]), call.out_dtype)
         col_bias = no_column_bias(out.shape[-1]) if col_bias is None else col_bias
-        call.site.run((at, bp, za2, rowsum, zb_t, colterm, bias, mult_r, mult_c, col_bias, False, 0, np.float32(0),
-                       np.float32(0), out), call.units, call.work)
+        if requant is None:
+            requant_args = (False, 0, np.float32(0), np.float32(0))
+        else:
+            mult_c, requant_args = requant[0], (True,) + requant[1:]
+        call.site.run((at, bp, za2, rowsum, zb_t, colterm, bias, mult_r, mult_c, col_bias, *requant_args, out),
+                      call.units, call.work)
         return out.reshape(call.out_shape)
 
-    def _prepare(self, a, int_output):
+    def _prepare(self, a, out_dtype):
         op, b = self.op, self.b
         ms.check_8bit(op, A=a, B=b)
         _batched(op, a, b)  # (its checks: A's K is B's)
@@ -534,7 +557,7 @@ class ConstantBProducts:
         bp, colsum, b_off = self.packed_b.of(b)
         zb_t = zb.astype(np.int64) - b_off
         mult_c = np.ones((1, n), np.float32)
-        if not int_output:
+        if out_dtype == np.float32:
             if np.size(self.b_scale) not in (1, n):
                 raise ValueError(f"{op}: b_scale must be a scalar or one per column of B ({n}), got shape "
                                  f"{np.shape(self.b_scale)}")
@@ -544,8 +567,7 @@ class ConstantBProducts:
                    ro(np.zeros((1, m), np.int32)), ro(np.ones((1, m), np.float32)),
                    ro(np.ascontiguousarray(mult_c, np.float32)))
         return _PreparedProduct(CallSite(kq.IGEMM), b_terms, bp.shape[1] * -(-m // kq.IGEMM_ROWS), m * n * kp, m, kp,
-                                np.int32 if int_output else np.float32, tuple(a.shape[:-1]) + (n,),
-                                _a_offset(a.dtype))
+                                out_dtype, tuple(a.shape[:-1]) + (n,), _a_offset(a.dtype))
 
 
 def _eight_bit(node, indices):
@@ -596,13 +618,21 @@ def build_qlinear_matmul(node):
             or not _same_elem(node, ((0, 2), (3, 5))):
         return None
     packed_b = ConstantDerived(constant_input(node, 3), _as_matrices)
+    # a constant B (a weight) with its zero point and scale: prepared once per shape of A (the checks, B's terms and
+    # the kernel's call site), as MatMulIntegerToFloat's
+    prepared = ConstantBProducts("QLinearMatMul", packed_b, constant_input(node, 5), constant_input(node, 4))
 
     def run(a, a_scale, za, b, b_scale, zb, y_scale, zy):
         op = "QLinearMatMul"
         sa = np.float32(_scalar(op, "a_scale", a_scale))
         sy = np.float32(_scalar(op, "y_scale", y_scale))
         mult = sa * np.asarray(b_scale, np.float32) / sy  # float32, in onnxruntime's order
-        return (integer_matmul(op, a, za, b, zb, packed_b, zy.dtype, mult, int(_scalar(op, "y_zero_point", zy))),)
+        y_zp = int(_scalar(op, "y_zero_point", zy))
+        if prepared.holds(b, zb, b_scale):
+            y = prepared.run_requantized(a, za, mult, y_zp, zy.dtype)
+            if y is not None:
+                return (y,)
+        return (integer_matmul(op, a, za, b, zb, packed_b, zy.dtype, mult, y_zp),)
     return run
 
 
