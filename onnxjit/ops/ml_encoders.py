@@ -470,14 +470,10 @@ def build_zip_map(node):
     cols = [last[key] for key in keys]
     take = None if cols == list(range(len(labels))) else np.array(cols, np.int64)
     make_row = _row_dict_maker(keys)
+    width = len(labels)
 
-    def run(x):
-        x = checked_tensor(node, x, _F32_ONLY)
-        if x.ndim not in (1, 2):
-            bad_input(node, 0, "of rank 1 or 2", describe(x))
-        if x.shape[-1] != len(labels):
-            bad_input(node, 0, f"[N, {len(labels)}] (one column per class label)", describe(x))
-        scores = x.reshape(-1, len(labels))
+    def zip_rows(scores):
+        """The dicts of float32 scores (N, width)."""
         if take is not None:
             scores = scores[:, take]
         if scores.shape[0] <= 64:  # a few dicts: no collection to fear (the switch costs as much as the rows)
@@ -493,4 +489,14 @@ def build_zip_map(node):
         finally:
             if enabled:
                 gc.enable()
+
+    def run(x):
+        if type(x) is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.shape[1] == width:
+            return zip_rows(x)  # (a classifier's scores, as they come)
+        x = checked_tensor(node, x, _F32_ONLY)
+        if x.ndim not in (1, 2):
+            bad_input(node, 0, "of rank 1 or 2", describe(x))
+        if x.shape[-1] != width:
+            bad_input(node, 0, f"[N, {width}] (one column per class label)", describe(x))
+        return zip_rows(x.reshape(-1, width))
     return run
