@@ -164,6 +164,12 @@ def dot_words(typingctx, acc, a, ai, b, bi):
     return I32V(acc, a, ai, b, bi), codegen
 
 
+# finish_lanes' arguments by name: its code generation reads them by name (positions written as numbers went
+# stale when the float bias joined them)
+_FINISH_LANES_AT = {name: k for k, name in enumerate(("acc", "zb", "jz", "ctr", "jc", "mc", "jm", "cb", "jb", "rs",
+                                                      "za", "extra", "mr", "requant", "zy", "lo", "hi", "out", "o"))}
+
+
 @intrinsic
 def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra, mr, requant, zy, lo, hi, out, o):
     """out[o:o + IW] = the epilogue of one accumulator vector (see igemm), its columns' terms at zb[jz:],
@@ -181,7 +187,6 @@ def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra,
         return None
 
     def codegen(context, builder, sig, args):
-        mr_v, rq_v, lo_v, hi_v, out_a, o_v = args[12], args[13], args[15], args[16], args[17], args[18]
         i32, f32 = ir.IntType(32), ir.FloatType()
         fvec = ir.VectorType(f32, IW)
 
@@ -189,38 +194,40 @@ def finish_lanes(typingctx, acc, zb, jz, ctr, jc, mc, jm, cb, jb, rs, za, extra,
             one = builder.insert_element(ir.Constant(vec, ir.Undefined), value, ir.Constant(i32, 0))
             return builder.shuffle_vector(one, ir.Constant(vec, ir.Undefined), ir.Constant(_I32VEC, [0] * IW))
 
-        def as_i32(k):
-            return context.cast(builder, args[k], sig.args[k], types.int32)
+        def cast(name, to):  # the argument `name` as a scalar of type `to`
+            k = _FINISH_LANES_AT[name]
+            return context.cast(builder, args[k], sig.args[k], to)
 
-        def load(k, vec):  # array k at the index after it
-            return builder.load(_element_pointer(context, builder, sig.args[k], args[k], args[k + 1],
-                                                 sig.args[k + 1], vec), align=4)
-        v = builder.sub(args[0], builder.mul(load(1, _I32VEC), splat(as_i32(9), _I32VEC)))
-        v = builder.sub(v, builder.mul(splat(as_i32(10), _I32VEC), load(3, _I32VEC)))
-        v = builder.add(v, splat(as_i32(11), _I32VEC))
-        out_ty = sig.args[17]
+        def pointer(name, vec):  # array `name` at the index after it, as a pointer to `vec`
+            k = _FINISH_LANES_AT[name]
+            return _element_pointer(context, builder, sig.args[k], args[k], args[k + 1], sig.args[k + 1], vec)
+
+        def load(name, vec):
+            return builder.load(pointer(name, vec), align=4)
+        v = builder.sub(args[0], builder.mul(load("zb", _I32VEC), splat(cast("rs", types.int32), _I32VEC)))
+        v = builder.sub(v, builder.mul(splat(cast("za", types.int32), _I32VEC), load("ctr", _I32VEC)))
+        v = builder.add(v, splat(cast("extra", types.int32), _I32VEC))
+        out_ty = sig.args[_FINISH_LANES_AT["out"]]
         if out_ty.dtype == types.float32:  # the scaled sum itself (MatMulIntegerToFloat), plus the column's bias
-            mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[12], types.float32), fvec), load(5, fvec))
-            builder.store(builder.fadd(builder.fmul(builder.sitofp(v, fvec), mult), load(7, fvec)),
-                          _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[18], fvec), align=4)
+            mult = builder.fmul(splat(cast("mr", types.float32), fvec), load("mc", fvec))
+            builder.store(builder.fadd(builder.fmul(builder.sitofp(v, fvec), mult), load("cb", fvec)),
+                          pointer("out", fvec), align=4)
             return context.get_dummy_value()
         bits = 32 if out_ty.dtype == types.int32 else 8
         store_vec = ir.VectorType(ir.IntType(bits), IW)
-        ptr = _element_pointer(context, builder, out_ty, out_a, o_v, sig.args[16], store_vec)
-        rq = context.cast(builder, rq_v, sig.args[13], types.boolean)
-        with builder.if_else(rq) as (then, otherwise):
+        ptr = pointer("out", store_vec)
+        with builder.if_else(cast("requant", types.boolean)) as (then, otherwise):
             with then:
-                mult = builder.fmul(splat(context.cast(builder, mr_v, sig.args[12], types.float32), fvec),
-                                    load(5, fvec))
+                mult = builder.fmul(splat(cast("mr", types.float32), fvec), load("mc", fvec))
                 f = builder.fmul(builder.sitofp(v, fvec), mult)
                 rint = cgutils.get_or_insert_function(builder.module, ir.FunctionType(fvec, [fvec]),
                                                       f"llvm.rint.v{IW}f32")
                 f = builder.call(rint, [f])
-                lo_s = splat(context.cast(builder, lo_v, sig.args[15], types.float32), fvec)
-                hi_s = splat(context.cast(builder, hi_v, sig.args[16], types.float32), fvec)
+                lo_s = splat(cast("lo", types.float32), fvec)
+                hi_s = splat(cast("hi", types.float32), fvec)
                 f = builder.select(builder.fcmp_ordered(">", f, lo_s), f, lo_s)  # max(f, lo): f is never NaN
                 f = builder.select(builder.fcmp_ordered("<", f, hi_s), f, hi_s)
-                q = builder.add(builder.fptosi(f, _I32VEC), splat(as_i32(14), _I32VEC))
+                q = builder.add(builder.fptosi(f, _I32VEC), splat(cast("zy", types.int32), _I32VEC))
                 builder.store(q if bits == 32 else builder.trunc(q, store_vec), ptr, align=1)
             with otherwise:
                 builder.store(v if bits == 32 else builder.trunc(v, store_vec), ptr, align=1)
