@@ -378,8 +378,7 @@ class WorkerPool:
         if core is not None:
             with self._pins_lock:
                 self._cores = cores
-                self._pins[k] = (threading.get_native_id(), core)
-                self._pinned_cores = frozenset(c for _, c in self._pins.values())
+                self._pin(k, threading.get_native_id(), core)
         state = self._state
         seen = int(state[_CLAIM]) >> 32
         while True:
@@ -389,6 +388,11 @@ class WorkerPool:
                 self._sleepers += 1
                 self._cond.wait_for(lambda w=wakes, s=seen: self._wakes != w or int(state[_CLAIM]) >> 32 != s)
                 self._sleepers -= 1
+
+    def _pin(self, k: int, tid: int, core: int) -> None:
+        """Record worker k's thread and core (under _pins_lock), and the set of pinned cores the jobs check."""
+        self._pins[k] = (tid, core)
+        self._pinned_cores = frozenset(c for _, c in self._pins.values())
 
     def step_aside(self, caller: int) -> None:
         """Move a worker pinned to core `caller` (the core a run's caller is on) to a core with fewer workers
@@ -403,8 +407,7 @@ class WorkerPool:
             if target is not None:
                 tid = self._pins[here[0]][0]
                 affinity.pin_thread(tid, target)
-                self._pins[here[0]] = (tid, target)
-                self._pinned_cores = frozenset(c for _, c in self._pins.values())
+                self._pin(here[0], tid, target)
         except OSError:  # the thread is gone, or the core no longer allowed: leave the pins as they are
             pass
         finally:

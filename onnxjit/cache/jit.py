@@ -62,18 +62,20 @@ class KernelCache(caching.FunctionCache):
 
     def load_overload(self, sig, target_context):
         _prepare_runtime(target_context)
+        cres = self._load_checked(sig, target_context)
+        if cres is None and parallel_compile.wait_for_helper(self._py_func, sig):
+            cres = self._load_checked(sig, target_context)  # a helper was compiling it: its code, if it finished
+        if cres is None:
+            parallel_compile.cache_missed()  # a compile follows: a session's first run starts its helpers
+        return cres
+
+    def _load_checked(self, sig, target_context):
+        """The cached code for `sig`, or None (an entry written for another signature too: compile this one)."""
         cres = None
         with self._guard_against_spurious_io_errors():
             cres = self._load_overload(sig, target_context)
         if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
-            cres = None  # an entry written for another signature: compile this one instead
-        if cres is None and parallel_compile.wait_for_helper(self._py_func, sig):
-            with self._guard_against_spurious_io_errors():  # a helper was compiling it: its code, if it finished
-                cres = self._load_overload(sig, target_context)
-            if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
-                cres = None
-        if cres is None:
-            parallel_compile.cache_missed()  # a compile follows: a session's first run starts its helpers
+            return None
         return cres
 
 

@@ -483,13 +483,9 @@ class ConstantBProducts:
         """QLinearMatMul's product for A, requantized into y_dtype: saturate(rint(sum * mult) + zy), `mult` one
         float32 multiplier or one per column of B (a_scale * b_scale / y_scale), or None."""
         n = self.b.shape[1]
-        mult = np.asarray(mult, np.float32).reshape(-1)
-        if mult.size not in (1, n):
-            raise ValueError(f"{self.op}: the scale of B must be a scalar or one per column of B ({n}), got "
-                             f"{mult.size} values")
+        mult_c = ro(_points(self.op, "the scale of B", np.asarray(mult, np.float32), (), 1, n, False))
         info = np.iinfo(y_dtype)
-        requant = (ro(np.full((1, n), mult[0], np.float32) if mult.size == 1 else mult.reshape(1, n)), int(zy),
-                   np.float32(int(info.min) - int(zy)), np.float32(int(info.max) - int(zy)))
+        requant = (mult_c, int(zy), np.float32(int(info.min) - int(zy)), np.float32(int(info.max) - int(zy)))
         return self._run(a, za, np.dtype(y_dtype).type, None, None, requant)
 
     def _run(self, a, za, out_dtype, a_scale, col_bias, requant=None):
