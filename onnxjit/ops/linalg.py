@@ -22,6 +22,7 @@ from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACK
                             ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, ro_reshaped,
                             run_units)
 from onnxjit.ops.registry import attr, register_op
+from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CallSites, thread_count
 
 
@@ -153,6 +154,23 @@ class PreparedProducts:
         site.run((ro_reshaped(a, (rows, -1)),) + rest + (out,), units, work)
         return out if shape is None else out.reshape(shape)
 
+    def native(self, a, c=None, c_input=2):
+        """`run` as a native_plan.NativeCall (A the step's input 0, the run's C its input `c_input`), or None
+        where it is not prepared or too large to gain from it."""
+        if type(a) is not np.ndarray or (c is not None and type(c) is not np.ndarray):
+            return None
+        call = self.calls.get((a.shape, a.dtype.char) if c is None else (a.shape, a.dtype.char, c.shape, c.dtype.char))
+        if call is None:
+            return None
+        site, rest, c_at, units, work, rows, n, shape = call
+        if work >= NATIVE_GRAIN or a.size % max(rows, 1) or (c is not None and c.ndim > 2):
+            return None
+        args = [In(0, (rows, a.size // max(rows, 1)))] + list(rest) + [Out(0)]
+        if c is not None:
+            args[1 + c_at] = In(c_input, (1,) * (2 - c.ndim) + c.shape)
+        out_shape = (rows, n) if shape is None else shape
+        return NativeCall(site.kernel, args, units, [((rows, n), a.dtype)], [(0, out_shape)])
+
     def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None, runtime_c=None):
         """Prepare A's few-row calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it (`runtime_c`: the
         run's C, compacted anew in each run of its shape); `shape` the output's where it is not (rows, N)."""
@@ -244,6 +262,12 @@ def build_gemm(node):
                 prepared.prepare_packed(a, packed.of(b), n, cc, alpha, beta, has_c, act,
                                         runtime_c=c if c is not const_c and has_c else None)
         return (y,)
+
+    def native(a, b, c=None):
+        if not packed.holds(b):
+            return None
+        return prepared.native(a, c if c is not const_c and beta != 0.0 else None)
+    run.native = native
     return run
 
 
@@ -345,6 +369,10 @@ def build_matmul(node):
             if y is not None:
                 return (y,)
         return (matmul(a, b, bt_cache, act, packed, c, sites, prepared if c is const_c else None),)
+
+    def native(a, b, c=None):
+        return prepared.native(a) if c is const_c and bt_cache.holds(b) else None
+    run.native = native
     return run
 
 

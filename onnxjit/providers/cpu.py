@@ -29,6 +29,7 @@ from onnxjit.progress import progress_bar
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.providers.placement import place_concat_inputs
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
+from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CallSite
 
 log = logging.getLogger("onnxjit")
@@ -83,6 +84,16 @@ def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
             return [o.reshape(shape) if o.dtype == f else o.reshape(shape).astype(f)
                     for o, (shape, f) in zip(outs, finals)]
         return [o.reshape(shape) for o, (shape, _) in zip(outs, finals)]
+
+    def native(*args: Any) -> NativeCall | None:
+        if converted or work >= NATIVE_GRAIN:
+            return None
+        if any(type(args[i]) is not np.ndarray or args[i].dtype != dt for i, dt in loaded):
+            return None
+        return NativeCall(kernel, [In(i, (args[i].size,)) for i, _ in loaded] + [Out(j) for j in range(len(outs_made))]
+                          + list(sizes), n_units, [((n,), dt) for n, dt in outs_made],
+                          [(j, shape) for j, (shape, _) in enumerate(finals)])
+    run.native = native
     return run
 
 
@@ -96,7 +107,7 @@ class CPUExecutionProvider(ExecutionProvider):
         self._loaded: dict[str, Callable] = {}  # kernel name -> compiled kernel, shared by this session's plans
         self._lock = threading.Lock()
         self.kernel_infos: list[KernelInfo] = []
-        self._store = KernelStore.default(
+        self.kernel_store = KernelStore.default(
             enabled=self.session_config.get(config.SESSION_DISABLE_KERNEL_CACHE, "0") != "1")
 
     def _kernel(self, node: Node) -> Kernel | None:
@@ -183,7 +194,7 @@ class CPUExecutionProvider(ExecutionProvider):
                 if kernel is None:  # groups of the same pattern render the same source: the first one loads it
                     if config.DEBUG >= 3:
                         log.info("onnxjit kernel %s for %s:\n%s", spec.name, ", ".join(info.nodes), spec.source)
-                    loaded = self._store.load(spec.source)
+                    loaded = self.kernel_store.load(spec.source)
                     kernel = self._loaded[spec.name] = loaded.kernel
                     info.compile_seconds += loaded.seconds
                     info.compiled += loaded.compiled > 0

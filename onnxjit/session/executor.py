@@ -7,6 +7,7 @@ the same shapes do no planning work.
 """
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -17,6 +18,9 @@ import numpy as np
 from onnxjit.errors import OnnxJitError, RuntimeException
 from onnxjit.ir.graph import Graph
 from onnxjit.providers.base import Step
+from onnxjit.session import native_plan
+
+log = logging.getLogger("onnxjit")
 
 MAX_PLANS = 64
 _FROM_ENV = object()  # a step argument computed (or fed) in the run, not a fixed constant
@@ -43,11 +47,15 @@ class ExecutionPlan:
     differ between runs with the same feeds' shapes, and then the step is bound again.
     """
 
-    __slots__ = ("bound",)
+    __slots__ = ("bound", "native", "runs", "segments")
 
     def __init__(self, steps: list[Step]):
         # (signature, kernel) per step, replaced as one item so concurrent runs never see a mismatched pair
         self.bound: list[tuple[list, Callable] | None] = [None] * len(steps)
+        # the runner with native segments for this signature (native_plan): None until built, False if none
+        self.native: tuple[Callable, list] | bool | None = None
+        self.segments: list = []  # its native_plan.Segments (their sources, for inspection)
+        self.runs = 0
 
 
 class CompiledGraph:
@@ -78,6 +86,11 @@ class CompiledGraph:
         # these is copied to the host first), and a maker of this graph without the outputs' copies to the host
         self.host_read_inputs: set[str] = set(self.input_names)
         self.without_output_copies: Callable[[], "CompiledGraph"] | None = None
+        # where native segments' sources are loaded from (set by partition.compile_graph; None: no segments)
+        self.native_store = None
+        # whether native segments may pay: enough steps whose kernels may run natively (native_plan)
+        self._segmentable = sum(1 for st in steps if st.bind is not None or hasattr(st.fn, "native")) \
+            >= native_plan.MIN_CALLS
 
     def _last_uses(self) -> list[list[str]]:
         """Names to drop after each step: intermediates past their last consumer (never outputs)."""
@@ -192,8 +205,30 @@ class CompiledGraph:
             env = {**self._overridable, **outer, **feeds} if outer else {**self._overridable, **feeds}
         else:
             env = feeds  # the runner only reads it
+        if self._segmentable and self.native_store is not None:
+            plan = self.plan_for(feeds)
+            native = plan.native
+            if native is None:
+                return self._unsegmented_run(plan, env, (), False)
+            return self._call_runner(self._straight if native is False else native, env, plan.bound, ())
         bound = self.plan_for(feeds).bound if self._binds else None
         return self._call_runner(self._straight, env, bound, ())
+
+    def _unsegmented_run(self, plan: ExecutionPlan, env: dict[str, Any], inputs: tuple,
+                         positional: bool) -> list[Any]:
+        """A run of a plan without its native segments yet: the first binds the steps' kernels (and prepares
+        their arguments), the second builds the segments (native_plan) while it runs the steps one by one."""
+        with self._lock:
+            plan.runs += 1
+            build = plan.runs >= 2 and plan.native is None
+            if build:
+                plan.native = False  # (runs meanwhile go without segments)
+        straight = self._positional if positional else self._straight
+        if not build:
+            return self._call_runner(straight, env, plan.bound, inputs)
+        outs, runner = self._build_segments(plan, env, inputs, positional)
+        plan.native = runner if runner is not None else False
+        return outs
 
     def _call_runner(self, straight: tuple[Callable, list], env: dict[str, Any], bound, inputs: tuple) -> list[Any]:
         runner, arg_vars = straight
@@ -224,6 +259,16 @@ class CompiledGraph:
         straight, binds = self._positional, self._binds
         env = {**self._overridable, **outer} if outer else self._overridable  # (read only)
         call_runner = self._call_runner
+        if self._segmentable and self.native_store is not None:
+            plan, unsegmented = self._plan, self._unsegmented_run
+
+            def call(*inputs):
+                p = plan(tuple([v.shape if type(v) is np.ndarray else value_signature(v) for v in inputs]))
+                native = p.native
+                if native is None:
+                    return unsegmented(p, env, inputs, True)
+                return call_runner(straight if native is False else native, env, p.bound, inputs)
+            return call
         if binds:  # plans keyed by the inputs' shapes alone, in order (1.0 -> 0.3 us an iteration; see _plan)
             plan = self._plan
             return lambda *inputs: call_runner(
@@ -231,9 +276,95 @@ class CompiledGraph:
                                            for v in inputs])).bound, inputs)
         return lambda *inputs: call_runner(straight, env, None, inputs)
 
-    def _straight_runner(self, positional: bool = False) -> tuple[Callable, list]:
+    def _build_segments(self, plan: ExecutionPlan, env: dict[str, Any], inputs: tuple,
+                        positional: bool) -> tuple[list[Any], tuple[Callable, list] | None]:
+        """Run the steps one by one, asking each kernel how it runs natively (native_plan.NativeCall), and join
+        the native steps that follow each other into segments. Returns the run's outputs and the plan's runner
+        with the segments (None where there is none, or where it does not reproduce this run bit for bit)."""
+        values = dict(env)
+        values.update(zip(self.input_names, inputs))
+        calls: list = []
+        arg_values: list = []
+        fixed: list = []
+        for i, step in enumerate(self.steps):
+            args = [(values[n] if n else None) if c is _FROM_ENV else c for n, c in self._args[i]]
+            fn = self._bound_kernel(plan.bound, i, args) if step.bind is not None else step.fn
+            alias = getattr(step.fn, "passes_through", False) and bool(step.outputs[0]) and args[0] is not None \
+                and self._args[i][0][1] is _FROM_ENV
+            call = None
+            native = getattr(fn, "native", None)
+            if native is not None:
+                try:
+                    call = native(*args)
+                except Exception:  # noqa: BLE001 - a kernel that cannot say runs as it does
+                    call = None
+            try:
+                outs = fn(*args)
+            except OnnxJitError:
+                raise
+            except Exception as e:  # noqa: BLE001 - as in run
+                raise self._step_failure(i, args, e) from e
+            if call is not None and not call.matches(outs):
+                call = None
+            calls.append(None if alias else call if call is not None else False)
+            arg_values.append(args if alias or call is not None else None)
+            fixed.append([c is not _FROM_ENV for _, c in self._args[i]])
+            for n, v in zip(step.outputs, outs):
+                if n:
+                    values[n] = v
+            for n in self.frees[i]:
+                values.pop(n, None)
+        outs = [values[n] if n in values else self.constants[n] for n in self.output_names]
+        if self._constant_outputs:
+            outs = [o.copy() if n in self.constants and o is self.constants[n] else o
+                    for n, o in zip(self.output_names, outs)]
+        try:
+            segments = self._segments(calls, arg_values, fixed)
+            if not segments:
+                return outs, None
+            runner = self._straight_runner(positional, segments)
+            check = self._call_runner(runner, env, plan.bound, inputs)
+            for seg in segments:
+                seg.fn.disable_compile()  # other argument types: TypeError, and the steps run one by one
+            if all(native_plan.same_values(a, b) for a, b in zip(outs, check)):
+                plan.segments = segments
+                return outs, runner
+            log.warning("onnxjit: native segments of %s did not reproduce the step-by-step run; not used",
+                        self.graph.name or "a graph")
+        except Exception as e:  # noqa: BLE001 - the steps run one by one, as they did
+            log.warning("onnxjit: native segments of %s not used: %s: %s", self.graph.name or "a graph",
+                        type(e).__name__, e)
+        return outs, None
+
+    def _segments(self, calls: list, arg_values: list, fixed: list) -> list:
+        """The native segments of runs of native steps (calls[i] a NativeCall, or None for an alias)."""
+        segments, i, n = [], 0, len(self.steps)
+        while i < n:
+            if calls[i] is False:
+                i += 1
+                continue
+            j = i
+            while j < n and calls[j] is not False:
+                j += 1
+            if sum(1 for c in calls[i:j] if c is not None) >= native_plan.MIN_CALLS:
+                live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
+                keep: list = []
+                seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, keep)
+                if seg is not None:
+                    seg.fn = self.native_store.load(seg.source).kernel
+                    seg.keep = keep
+                    addresses = np.array([a.ctypes.data for a in keep] or [0], dtype=np.int64)
+                    addresses.setflags(write=False)
+                    seg.addresses = addresses
+                    segments.append(seg)
+            i = j
+        return segments
+
+    def _straight_runner(self, positional: bool = False, segments: list = ()) -> tuple[Callable, list]:
         """(the generated runner, per step the (local variable or '', constant) of each argument). The runner is
-        run(env, bound), or with `positional` run(env, bound, *inputs) taking the graph's inputs as arguments."""
+        run(env, bound), or with `positional` run(env, bound, *inputs) taking the graph's inputs as arguments.
+        Each of `segments` (native_plan.Segment) is called in place of its steps where the shapes of the values
+        it reads are those it was built for and its dispatcher takes their types; else its steps run."""
         names: dict[str, str] = {}  # value name -> local variable
         consts: dict[str, Any] = {"_bound_kernel": self._bound_kernel}
 
@@ -244,9 +375,18 @@ class CompiledGraph:
 
         produced: set[str] = set(self.input_names) if positional else set()
         inputs = [var(n) for n in self.input_names] if positional else []
-        body, loads = [], []
-        arg_vars = []  # per step: (local variable or '', constant) per argument, for the failure report
-        for i, step in enumerate(self.steps):
+        loads: list[str] = []
+        arg_vars: list = [None] * len(self.steps)  # per step: (local variable or '', constant) per argument
+
+        def load(n: str) -> str:
+            v = var(n)
+            if n not in produced:
+                produced.add(n)
+                loads.append(f"    {v} = env[{n!r}]")
+            return v
+
+        def step_lines(i: int, pad: str) -> list[str]:
+            step = self.steps[i]
             args, described = [], []
             for k, (n, c) in enumerate(self._args[i]):
                 if not n:
@@ -258,33 +398,59 @@ class CompiledGraph:
                     args.append(cname)
                     described.append(("", c))
                 else:
-                    v = var(n)
-                    if n not in produced:
-                        produced.add(n)
-                        loads.append(f"    {v} = env[{n!r}]")
+                    v = load(n)
                     args.append(v)
                     described.append((v, None))
-            arg_vars.append(described)
-            body.append(f"    i = {i}")
+            arg_vars[i] = described
+            lines = [f"i = {i}"]
             call = ", ".join(args)
             alias = getattr(step.fn, "passes_through", False) and bool(step.outputs[0]) and args[0] != "None"
             if alias:
                 # an Identity of a tensor: its output is its input, named without a call (in a Loop body, the
                 # condition and a scan output passed on: half a microsecond each, every iteration)
                 produced.add(step.outputs[0])
-                body.append(f"    {var(step.outputs[0])} = {args[0]}")
+                lines.append(f"{var(step.outputs[0])} = {args[0]}")
             elif step.bind is not None:
-                body.append(f"    o = _bound_kernel(bound, {i}, [{call}])({call})")
+                lines.append(f"o = _bound_kernel(bound, {i}, [{call}])({call})")
             else:
                 consts[f"f{i}"] = step.fn
-                body.append(f"    o = f{i}({call})")
+                lines.append(f"o = f{i}({call})")
             for k, n in enumerate(step.outputs):
                 if n and not alias:
                     produced.add(n)
-                    body.append(f"    {var(n)} = o[{k}]")
+                    lines.append(f"{var(n)} = o[{k}]")
             dead = [names[n] for n in self.frees[i] if n in names]
             if dead:
-                body.append(f"    del {', '.join(dead)}")
+                lines.append(f"del {', '.join(dead)}")
+            return [pad + line for line in lines]
+
+        body: list[str] = []
+        at = {seg.start: (k, seg) for k, seg in enumerate(segments)}
+        i = 0
+        while i < len(self.steps):
+            if i not in at:
+                body += step_lines(i, "    ")
+                i += 1
+                continue
+            k, seg = at[i]
+            consts[f"s{k}"], consts[f"sa{k}"] = seg.fn, seg.addresses
+            ins = [load(n) for n in seg.inputs]
+            guard = " and ".join(f"{v}.shape == {tuple(shape)!r}" for v, shape in zip(ins, seg.shapes)) or "True"
+            body += [f"    i = {i}", "    o = None", f"    if {guard}:", "        try:",
+                     f"            o = s{k}(sa{k}{''.join(', ' + v for v in ins)})",
+                     "        except TypeError:  # argument types the segment was not compiled for", "            pass",
+                     "    if o is not None:"]
+            for j, n in enumerate(seg.outputs):
+                body.append(f"        {var(n)} = o[{j}]")
+            inside = range(seg.start, seg.stop)
+            dead = [names[n] for m in inside for n in self.frees[m] if n in seg.inputs]
+            if dead:
+                body.append(f"        del {', '.join(dead)}")
+            body.append("    else:")
+            for m in inside:
+                body += step_lines(m, "        ")
+            produced.update(seg.outputs)
+            i = seg.stop
         outs = []
         for n in self.output_names:
             if n in names:

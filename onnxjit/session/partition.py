@@ -98,7 +98,14 @@ def compile_graph(graph: Graph, providers: Sequence[ExecutionProvider], compiler
     compiled = CompiledGraph(graph, steps, output_names, device_constants)
     compiled.host_read_inputs = {n for s in steps if s.provider != "copy" for k, n in enumerate(s.inputs)
                                  if n and (k in s.host_inputs or _host_step(s, providers))} | set(output_names)
-    compiled.without_output_copies = lambda: CompiledGraph(graph, steps[:computed], device_outputs, device_constants)
+    store = next((p.kernel_store for p in providers if getattr(p, "kernel_store", None) is not None), None)
+    compiled.native_store = store
+
+    def without_output_copies() -> CompiledGraph:
+        g = CompiledGraph(graph, steps[:computed], device_outputs, device_constants)
+        g.native_store = store
+        return g
+    compiled.without_output_copies = without_output_copies
     return compiled
 
 
