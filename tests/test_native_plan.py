@@ -4,6 +4,7 @@ where the shapes or types it was built for do not hold."""
 import logging
 
 import numpy as np
+import onnx
 import onnxruntime
 from onnx import TensorProto, helper, numpy_helper
 
@@ -103,7 +104,7 @@ def test_a_segment_steps_aside_for_argument_types_it_was_not_compiled_for():
     assert any(p.segments for p in _plans(jit))
 
 
-def test_a_scan_body_of_small_products_runs_as_a_segment():
+def test_a_scan_body_of_small_products_runs_as_a_segment_iterated_natively():
     rng = np.random.default_rng(4)
     body = helper.make_graph(
         [helper.make_node("MatMul", ["h_in", "W"], ["hw"]), helper.make_node("MatMul", ["x_t", "U"], ["xu"]),
@@ -125,6 +126,7 @@ def test_a_scan_body_of_small_products_runs_as_a_segment():
     (body,) = _graphs_in(jit._compiled.steps[0].fn)
     (plan,) = _plans_of(body)
     assert len(plan.segments) == 1 and plan.segments[0].source.count("\n    k") == 2
+    assert len(_drivers(jit)) == 1  # and the Scan iterates it natively
 
 
 def _graphs_in(fn, seen=None):
@@ -148,3 +150,96 @@ def _graphs_in(fn, seen=None):
 
 def _plans_of(compiled):
     return list(compiled._plans.values())
+
+
+def _found_in(fn, cls, seen=None):
+    """The objects of `cls` a step's function holds through its closures (a Loop's NativeIterations)."""
+    seen = set() if seen is None else seen
+    found = []
+    for cell in getattr(fn, "__closure__", None) or ():
+        v = cell.cell_contents
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, cls):
+            found.append(v)
+        elif callable(v):
+            found += _found_in(v, cls, seen)
+    return found
+
+
+def _drivers(sess):
+    from onnxjit.session.native_loops import NativeIterations
+    (natives,) = _found_in(sess._compiled.steps[0].fn, NativeIterations)
+    return [d for d in natives.drivers.values() if d is not False]
+
+
+def _rnn_body(extra_nodes, cond_out, n=8):
+    """h = tanh(h @ W + b + float(i)) with `extra_nodes` computing the condition `cond_out`; h also scanned."""
+    return helper.make_graph(
+        [helper.make_node("MatMul", ["h_in", "W"], ["hw"]), helper.make_node("Cast", ["i"], ["fi"], to=F),
+         helper.make_node("Add", ["hw", "b"], ["hb"]), helper.make_node("Add", ["hb", "fi"], ["hi"]),
+         helper.make_node("Tanh", ["hi"], ["h_out"]), helper.make_node("Identity", ["h_out"], ["h_scan"])]
+        + extra_nodes,
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("h_in", F, [1, n])],
+        [helper.make_tensor_value_info(cond_out, TensorProto.BOOL, []),
+         helper.make_tensor_value_info("h_out", F, [1, n]), helper.make_tensor_value_info("h_scan", F, [1, n])])
+
+
+def _loop_model(body, trips, n=8, w_is_input=False):
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((n, n)) / 3).astype(np.float32), "W"),
+             numpy_helper.from_array((0.1 * rng.standard_normal(n)).astype(np.float32), "b"),
+             numpy_helper.from_array(np.array(trips, np.int64), "trips"), numpy_helper.from_array(np.array(True), "go")]
+    inputs = [helper.make_tensor_value_info("h0", F, [1, n])]
+    if w_is_input:  # an initializer a feed may override
+        inputs.append(helper.make_tensor_value_info("W", F, [n, n]))
+    return _model([helper.make_node("Loop", ["trips", "go", "h0"], ["h", "hs"], body=body)], inputs,
+                  [helper.make_tensor_value_info("h", F, [1, n]), helper.make_tensor_value_info("hs", F, None)], inits)
+
+
+def _check_runs(ref, jit, feeds_list):
+    for k, feeds in enumerate(feeds_list):
+        got, want = jit.run(None, feeds), ref.run(None, feeds)
+        for g, w in zip(got, want):
+            assert g.shape == w.shape, k
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
+
+
+def test_a_loop_reading_its_iteration_number_iterates_natively(caplog):
+    ref, jit = _sessions(_loop_model(_rnn_body([helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                                               "cond_out"), trips=6))
+    rng = np.random.default_rng(6)
+    with caplog.at_level(logging.WARNING, logger="onnxjit"):
+        _check_runs(ref, jit, [{"h0": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)])
+    assert not caplog.records, [r.getMessage() for r in caplog.records]
+    assert len(_drivers(jit)) == 1
+
+
+def test_a_while_loop_stops_on_its_computed_condition_natively():
+    """A trip count of INT64_MAX (as exporters write while loops): the scan output grows as it goes."""
+    limit = numpy_helper.from_array(np.array(11, np.int64), "limit")
+    body = _rnn_body([helper.make_node("Add", ["i", "one"], ["next_i"]),
+                      helper.make_node("Less", ["next_i", "limit"], ["cond_out"])], "cond_out")
+    body.initializer.append(numpy_helper.from_array(np.array(1, np.int64), "one"))
+    m = onnx.load_from_string(_loop_model(body, trips=np.iinfo(np.int64).max))
+    m.graph.initializer.append(limit)
+    model = m.SerializeToString()
+    ref, jit = _sessions(model)
+    rng = np.random.default_rng(7)
+    _check_runs(ref, jit, [{"h0": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)])
+    assert jit.run(None, {"h0": np.zeros((1, 8), np.float32)})[1].shape == (11, 1, 8)
+    assert len(_drivers(jit)) == 1
+
+
+def test_a_loop_whose_weight_a_feed_may_override_uses_the_fed_weight():
+    """W is an initializer listed among the inputs: runs feeding another W between runs that do not must use it
+    (no kernel, segment or driver may hold the initializer as a constant)."""
+    ref, jit = _sessions(_loop_model(_rnn_body([helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+                                               "cond_out"), trips=4, w_is_input=True))
+    rng = np.random.default_rng(8)
+    h0 = rng.standard_normal((1, 8)).astype(np.float32)
+    w = rng.standard_normal((8, 8)).astype(np.float32)
+    _check_runs(ref, jit, [{"h0": h0}, {"h0": h0}, {"h0": h0}, {"h0": h0, "W": w}, {"h0": h0}, {"h0": h0, "W": w}])

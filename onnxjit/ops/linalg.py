@@ -266,7 +266,11 @@ def build_gemm(node):
     def native(a, b, c=None):
         if not packed.holds(b):
             return None
-        return prepared.native(a, c if c is not const_c and beta != 0.0 else None)
+        runtime_c = c is not const_c and beta != 0.0
+        call = prepared.native(a, c if runtime_c else None)
+        if call is not None:  # B packed once; C compacted once where it is the constant
+            call.pinned = (1,) if runtime_c or c is None else (1, 2)
+        return call
     run.native = native
     return run
 
@@ -371,7 +375,10 @@ def build_matmul(node):
         return (matmul(a, b, bt_cache, act, packed, c, sites, prepared if c is const_c else None),)
 
     def native(a, b, c=None):
-        return prepared.native(a) if c is const_c and bt_cache.holds(b) else None
+        call = prepared.native(a) if c is const_c and bt_cache.holds(b) else None
+        if call is not None:  # B transposed or packed once, and the constant C
+            call.pinned = (1,) if c is None else (1, 2)
+        return call
     run.native = native
     return run
 

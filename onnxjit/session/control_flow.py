@@ -14,6 +14,7 @@ from onnxjit.errors import RuntimeException
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.providers.base import GraphCompiler, Step
+from onnxjit.session.native_loops import NativeIterations, fits, loop_source, scan_source
 
 CONTROL_FLOW_OPS = frozenset({"If", "Loop", "Scan", "SequenceMap"})
 
@@ -68,12 +69,16 @@ def _loop(node, bodies, outer_of):
     body = bodies["body"]
     n_carried = len(body.input_names) - 2
     reads_i, reads_cond = _reads(body, 0), _reads(body, 1)
+    outer_names = list(body.outer_names)
+    driver_names = [None, None, body.input_names[1], *body.input_names[2:], *outer_names]
 
-    def run_loop(max_trip, cond, *rest):
-        carried, outer_vals = rest[:n_carried], rest[n_carried:]
-        call = body.caller(outer_of(body, outer_vals))
-        trips = None if max_trip is None else int(np.asarray(max_trip).reshape(-1)[0])
-        keep_going = True if cond is None else _scalar_bool(cond)
+    def shapes_fit(seg, args):
+        carried = args[3:3 + n_carried]
+        return fits(seg, driver_names, args, {}) and _kept(seg, body.output_names[1:1 + n_carried], carried)
+    natives = NativeIterations(body, lambda seg: loop_source(seg, body, n_carried, outer_names), shapes_fit)
+
+    def iterate(trips, keep_going, carried, outer):
+        call = body.caller(outer)
         scan_types = [v.type for v in body.graph.outputs[1 + n_carried:]]
         scans: list[list[Any]] = [[] for _ in scan_types]
         i = 0
@@ -90,7 +95,23 @@ def _loop(node, bodies, outer_of):
                     acc.append(v)
             i += 1
         return list(carried) + [_stack(acc, t) for acc, t in zip(scans, scan_types)]
+
+    def run_loop(max_trip, cond, *rest):
+        carried, outer = rest[:n_carried], outer_of(body, rest[n_carried:])
+        trips = None if max_trip is None else int(np.asarray(max_trip).reshape(-1)[0])
+        keep_going = True if cond is None else _scalar_bool(cond)
+        if trips is None or trips <= 0 or not keep_going:
+            return iterate(trips, keep_going, carried, outer)
+        return natives.run((trips, True, _TRUE, *carried, *[outer[n] for n in outer_names]),
+                           lambda: iterate(trips, keep_going, carried, outer))
     return run_loop
+
+
+def _kept(seg, outputs, inputs) -> bool:
+    """Whether the body's carried `outputs` come out of its segment with the shapes and dtypes of `inputs`."""
+    at = {n: k for k, n in enumerate(seg.outputs)}
+    return all(type(a) is np.ndarray and seg.out_types[at[n]][0] == a.shape and seg.out_types[at[n]][1] == a.dtype
+               for n, a in zip(outputs, inputs))
 
 
 def _scan_once(body, n_state, states, scans, in_axes, in_dirs, out_axes, out_dirs, outer):
@@ -142,14 +163,29 @@ def _scan(node, bodies, outer_of):
             return [np.stack([r[i] for r in per_batch]) for i in range(n_state + k)]
         return run_scan8
 
+    in_dirs = list(_attr(node, "scan_input_directions", [0] * m))
+    out_axes = list(_attr(node, "scan_output_axes", [0] * k))
+    out_dirs = list(_attr(node, "scan_output_directions", [0] * k))
+    outer_names = list(body.outer_names)
+    driver_names = [*body.input_names, *outer_names]
+    scanned = {n: 1 for n in body.input_names[n_state:]}
+
+    def shapes_fit(seg, args):
+        return fits(seg, driver_names, args, scanned) and _kept(seg, body.output_names[:n_state], args[:n_state])
+    natives = NativeIterations(body, lambda seg: scan_source(seg, body, n_state, outer_names), shapes_fit)
+    by_default = not any(in_dirs) and not any(out_axes) and not any(out_dirs)
+
     def run_scan(*rest):
         ins, outer = rest[:n_state + m], outer_of(body, rest[n_state + m:])
         scans = ins[n_state:]
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(_attr(node, "scan_input_axes", [0] * m), scans)]
-        out_axes = list(_attr(node, "scan_output_axes", [0] * k))
-        return _scan_once(body, n_state, list(ins[:n_state]), scans, in_axes,
-                          list(_attr(node, "scan_input_directions", [0] * m)), out_axes,
-                          list(_attr(node, "scan_output_directions", [0] * k)), outer)
+
+        def iterate():
+            return _scan_once(body, n_state, list(ins[:n_state]), scans, in_axes, in_dirs, out_axes, out_dirs, outer)
+        if not by_default or any(in_axes) or not m or any(type(x) is not np.ndarray or not x.ndim for x in scans) \
+                or len({x.shape[0] for x in scans}) != 1 or not scans[0].shape[0]:
+            return iterate()
+        return natives.run((*ins, *[outer[n] for n in outer_names]), iterate)
     return run_scan
 
 
@@ -174,6 +210,9 @@ _BUILDERS: dict[str, Callable] = {"If": _if, "Loop": _loop, "Scan": _scan, "Sequ
 def control_flow_step(node: Node, compiler: GraphCompiler, provider: str) -> Step:
     bodies = {name: compiler.compile_subgraph(a.value) for name, a in node.attributes.items()
               if hasattr(a.value, "nodes")}
+    if node.op_type in ("Loop", "Scan"):  # a body of one kernel call is worth a segment: its step iterates it
+        for g in bodies.values():
+            g.segment_single_calls()
     implicit: list[str] = []
     for g in bodies.values():
         implicit.extend(n for n in g.outer_names if n not in implicit)

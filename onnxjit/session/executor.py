@@ -88,9 +88,16 @@ class CompiledGraph:
         self.without_output_copies: Callable[[], "CompiledGraph"] | None = None
         # where native segments' sources are loaded from (set by partition.compile_graph; None: no segments)
         self.native_store = None
-        # whether native segments may pay: enough steps whose kernels may run natively (native_plan)
-        self._segmentable = sum(1 for st in steps if st.bind is not None or hasattr(st.fn, "native")) \
-            >= native_plan.MIN_CALLS
+        # steps whose kernels may run natively (native_plan), and how many a segment joins at least
+        self._native_candidates = sum(1 for st in steps if st.bind is not None or hasattr(st.fn, "native"))
+        self.min_segment_calls = native_plan.MIN_CALLS
+        self._segmentable = self._native_candidates >= self.min_segment_calls
+
+    def segment_single_calls(self) -> None:
+        """Let a segment hold one kernel call: a Loop or Scan body, whose segment its step can iterate natively
+        (native_loops)."""
+        self.min_segment_calls = 1
+        self._segmentable = self._native_candidates >= 1
 
     def _last_uses(self) -> list[list[str]]:
         """Names to drop after each step: intermediates past their last consumer (never outputs)."""
@@ -346,7 +353,7 @@ class CompiledGraph:
             j = i
             while j < n and calls[j] is not False:
                 j += 1
-            if sum(1 for c in calls[i:j] if c is not None) >= native_plan.MIN_CALLS:
+            if sum(1 for c in calls[i:j] if c is not None) >= self.min_segment_calls:
                 live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
                 keep: list = []
                 seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, keep)
@@ -435,7 +442,11 @@ class CompiledGraph:
             k, seg = at[i]
             consts[f"s{k}"], consts[f"sa{k}"] = seg.fn, seg.addresses
             ins = [load(n) for n in seg.inputs]
-            guard = " and ".join(f"{v}.shape == {tuple(shape)!r}" for v, shape in zip(ins, seg.shapes)) or "True"
+            guards = [f"{v}.shape == {tuple(shape)!r}" for v, shape in zip(ins, seg.shapes)]
+            for j, (n, obj) in enumerate(seg.pinned):  # a value the segment holds as a constant (an overridable B)
+                consts[f"p{k}_{j}"] = obj
+                guards.append(f"{load(n)} is p{k}_{j}")
+            guard = " and ".join(guards) or "True"
             body += [f"    i = {i}", "    o = None", f"    if {guard}:", "        try:",
                      f"            o = s{k}(sa{k}{''.join(', ' + v for v in ins)})",
                      "        except TypeError:  # argument types the segment was not compiled for", "            pass",

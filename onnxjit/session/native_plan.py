@@ -27,7 +27,7 @@ import hashlib
 import logging
 import sys
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from numba import types
@@ -60,12 +60,14 @@ class Out:
 class NativeCall:
     """How a step runs natively: `kernel(*args, 0, units)` on the calling thread, its args In / Out / constants
     (read-only C-contiguous arrays, numbers, tuples of numbers), its buffers (shape, dtype) allocated before the
-    call, and its outputs as (buffer, shape) in the step's output order."""
+    call, and its outputs as (buffer, shape) in the step's output order. `pinned`: the step's inputs the call
+    holds for the objects the run gave them (a constant B packed once): the segment runs only while they are."""
     kernel: Callable
     args: list
     units: int
     buffers: list
     outputs: list
+    pinned: tuple = ()
 
     def matches(self, outs) -> bool:
         """Whether the step's outputs of a run are what this call makes (shapes and dtypes)."""
@@ -179,7 +181,9 @@ class Segment:
     stop: int
     inputs: list  # value names, in the function's parameter order after `addresses`
     shapes: list  # each input's shape when the segment was built (checked before each call)
+    pinned: list  # (value name, object): the run's value must be that object (NativeCall.pinned)
     outputs: list  # value names the function returns, in order
+    out_types: list = field(default_factory=list)  # (shape, dtype) of each output
     source: str = ""
     fn: Callable | None = None
     addresses: np.ndarray | None = None
@@ -193,8 +197,10 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, kee
     graph; live_after: the value names read after the segment (or graph outputs). Constant arrays are appended to
     `keep` (their position there is their index in the address table)."""
     local: dict[str, str] = {}  # value name -> local variable
+    typed: dict[str, tuple] = {}  # value name -> (shape, dtype)
     inputs: list[str] = []
     shapes: list[tuple] = []
+    pinned: dict[str, Any] = {}
     kernels: dict[int, str] = {}
     imports: dict[str, list] = {}
     body: list[str] = []
@@ -204,6 +210,7 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, kee
             if type(arg) is not np.ndarray:
                 return None
             local[name] = f"a{len(inputs)}"
+            typed[name] = (arg.shape, arg.dtype)
             inputs.append(name)
             shapes.append(arg.shape)
         return local[name]
@@ -221,10 +228,16 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, kee
             if src is None:
                 return None
             local[step.outputs[0]] = src
+            typed[step.outputs[0]] = typed[step.inputs[0]]
             continue
         ref = _kernel_import(call.kernel)
         if ref is None:
             return None
+        for k in call.pinned:
+            if not fixed[i][k]:
+                if step.inputs[k] in local and step.inputs[k] not in inputs:
+                    return None  # computed in the segment: a new object each run
+                pinned[step.inputs[k]] = args[k]
         if id(call.kernel) not in kernels:
             kernels[id(call.kernel)] = f"k{len(kernels)}"
             imports.setdefault(ref[0], []).append((ref[1], kernels[id(call.kernel)]))
@@ -256,6 +269,7 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, kee
         for name, (j, shape) in zip(step.outputs, call.outputs):
             if name:
                 local[name] = f"v{i}_{j}"
+                typed[name] = (tuple(shape), np.dtype(call.buffers[j][1]))
                 same = tuple(shape) == tuple(call.buffers[j][0])
                 body.append(f"    v{i}_{j} = {buffers[j]}" + ("" if same else f".reshape({_literal(tuple(shape))})"))
     outputs = [n for i in range(start, stop) for n in steps[i].outputs if n and n in live_after and n in local]
@@ -269,7 +283,8 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, kee
               "", "@njit(cache=CACHE, nogil=True)",
               f"def kernel(addresses{''.join(', ' + local[n] for n in inputs)}):", *body,
               f"    return ({''.join(local[n] + ', ' for n in outputs)})", ""]
-    return Segment(start, stop, inputs, shapes, outputs, "\n".join(lines))
+    return Segment(start, stop, inputs, shapes, list(pinned.items()), outputs, [typed[n] for n in outputs],
+                   "\n".join(lines))
 
 
 def same_values(a, b) -> bool:
