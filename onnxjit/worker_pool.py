@@ -418,11 +418,26 @@ class WorkerPool:
         arguments, where the caller has it (CallSite), else looked up here."""
         if found is None:
             found = _launcher(kernel, args, self._state)
-        if found is None or not self._busy.acquire(blocking=False):  # another thread's job holds the workers
+        if found is None or not self.hold(threads):  # another thread's job holds the workers
             kernel(*args, 0, n_units)
             if found is None and isinstance(kernel, Dispatcher):
                 _launcher(kernel, args, self._state)  # compiled now, with the kernel: the first run pays both
             return
+        try:
+            entry, launch = found
+            failed = launch(self._state, args, entry, n_units, min(threads, n_units, MAX_SHARES), self._yield_every)
+        finally:
+            self.release()
+        if failed:
+            kernel(*args, 0, n_units)  # on this thread, through the dispatcher: raises the kernel's error
+            raise RuntimeError(f"{kernel.__name__}: a share raised on a worker thread but not when run again on "
+                               f"the caller's; its output may be incomplete")
+
+    def hold(self, threads: int) -> bool:
+        """Take the workers for this thread's jobs (False where another thread's job has them), readied for
+        `threads` threads: started, woken, and none pinned to the caller's core. `release` gives them back."""
+        if not self._busy.acquire(blocking=False):
+            return False
         try:
             if self._pinned_cores:
                 # a pinned worker on the caller's core would take turns with it (affinity.py): moved first. Here
@@ -440,14 +455,13 @@ class WorkerPool:
                 with self._cond:
                     self._wakes += 1
                     self._cond.notify_all()
-            entry, launch = found
-            failed = launch(self._state, args, entry, n_units, min(threads, n_units, MAX_SHARES), self._yield_every)
-        finally:
+        except BaseException:
             self._busy.release()
-        if failed:
-            kernel(*args, 0, n_units)  # on this thread, through the dispatcher: raises the kernel's error
-            raise RuntimeError(f"{kernel.__name__}: a share raised on a worker thread but not when run again on "
-                               f"the caller's; its output may be incomplete")
+            raise
+        return True
+
+    def release(self) -> None:
+        self._busy.release()
 
 
 _pool = None

@@ -169,7 +169,8 @@ class PreparedProducts:
         if c is not None:
             args[1 + c_at] = In(c_input, (1,) * (2 - c.ndim) + c.shape)
         out_shape = (rows, n) if shape is None else shape
-        return NativeCall(site.kernel, args, units, [((rows, n), a.dtype)], [(0, out_shape)])
+        return NativeCall(site.kernel, args, units, [((rows, n), a.dtype)], [(0, out_shape)],
+                          parallel=units > 1 and work >= PARALLEL_GRAIN)
 
     def prepare(self, a, bt, c, alpha, beta, has_c, act, sites, shape=None, runtime_c=None):
         """Prepare A's few-row calls: A as (rows, K), B as bt (N, K), C as _compact_c makes it (`runtime_c`: the

@@ -29,6 +29,7 @@ from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import single_threaded_blas_for
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, CallSite, run_units  # other ops' too
 
 FLOATS = frozenset({TensorProto.FLOAT, TensorProto.DOUBLE})
@@ -570,13 +571,36 @@ def build_conv(node):
         entry = prepared.get(key)
         if entry is None or entry[0] is not w or entry[1] is not b:
             made = prepare(key, x.dtype, w, b)
-            entry = (w, b, bind(key, x.dtype, made), made[3])
+            entry = (w, b, bind(key, x.dtype, made), made[3], made)
             if packed_weights.holds(w) and (b is None or b is constant_input(node, 2)):
                 prepared[key] = entry  # the per-run work left: the input's view, Z's and the output
         if z is not None and z.shape != entry[3]:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {entry[3]}")
         return (entry[2](x, z, out),)
 
+    def native(x, w, b=None, z=None, out=None):
+        """The prepared call as a native_plan.NativeCall (X input 0, Z input 3), or None."""
+        if out is not None or type(x) is not np.ndarray or (z is not None and type(z) is not np.ndarray):
+            return None
+        entry = prepared.get((x.shape, w.shape, x.dtype.itemsize))
+        if entry is None or entry[0] is not w or entry[1] is not b:
+            return None
+        site, template, (s0, s1, s2), shape, shape5, units, work, uses_blas = entry[4]
+        if site is None or uses_blas or work >= NATIVE_GRAIN or (z is not None and z.shape != shape):
+            return None
+        args = list(template)
+        if s1 is None:  # the dot products (bind's `dots`)
+            args[s0], args[s2] = In(0, (x.shape[0], x.size // max(x.shape[0], 1))), Out(0)
+            buffer = (shape[0], math.prod(shape) // max(shape[0], 1))
+        else:
+            winograd = site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed
+            x_view, buffer = (x.shape, shape) if winograd else (shape5_of(x.shape, r), shape5)
+            args[s0], args[s2] = In(0, x_view), Out(0)
+            args[s1] = _no_residual(x.dtype, len(buffer)) if z is None else In(3, buffer)
+        return NativeCall(site.kernel, args, units, [(buffer, x.dtype)], [(0, shape)],
+                          pinned=(1,) if b is None else (1, 2), parallel=units > 1 and work >= PARALLEL_GRAIN)
+
+    run.native = native
     run.writes_into = True  # `out`: a C-contiguous array of the output's shape and dtype to write (placement.py)
     return run
 

@@ -30,7 +30,7 @@ from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, regis
 from onnxjit.providers.placement import place_concat_inputs
 from onnxjit.session.control_flow import CONTROL_FLOW_OPS, control_flow_step
 from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
-from onnxjit.worker_pool import CallSite
+from onnxjit.worker_pool import PARALLEL_GRAIN, CallSite
 
 log = logging.getLogger("onnxjit")
 
@@ -92,7 +92,8 @@ def _runner(spec: KernelSpec, kernel: Callable) -> Kernel:
             return None
         return NativeCall(kernel, [In(i, (args[i].size,)) for i, _ in loaded] + [Out(j) for j in range(len(outs_made))]
                           + list(sizes), n_units, [((n,), dt) for n, dt in outs_made],
-                          [(j, shape) for j, (shape, _) in enumerate(finals)])
+                          [(j, shape) for j, (shape, _) in enumerate(finals)],
+                          parallel=n_units > 1 and work >= PARALLEL_GRAIN)
     run.native = native
     return run
 

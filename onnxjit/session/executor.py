@@ -331,6 +331,8 @@ class CompiledGraph:
                 return outs, None
             runner = self._straight_runner(positional, segments)
             check = self._call_runner(runner, env, plan.bound, inputs)
+            if any(seg.failed for seg in segments):
+                raise RuntimeError("a segment's kernel raised where its step did not")
             for seg in segments:
                 seg.fn.disable_compile()  # other argument types: TypeError, and the steps run one by one
             if all(native_plan.same_values(a, b) for a, b in zip(outs, check)):
@@ -355,14 +357,9 @@ class CompiledGraph:
                 j += 1
             if sum(1 for c in calls[i:j] if c is not None) >= self.min_segment_calls:
                 live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
-                keep: list = []
-                seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, keep)
-                if seg is not None:
-                    seg.fn = self.native_store.load(seg.source).kernel
-                    seg.keep = keep
-                    addresses = np.array([a.ctypes.data for a in keep] or [0], dtype=np.int64)
-                    addresses.setflags(write=False)
-                    seg.addresses = addresses
+                table: list = []
+                seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, table)
+                if seg is not None and native_plan.load_segment(seg, table, self.native_store):
                     segments.append(seg)
             i = j
         return segments
@@ -440,19 +437,23 @@ class CompiledGraph:
                 i += 1
                 continue
             k, seg = at[i]
-            consts[f"s{k}"], consts[f"sa{k}"] = seg.fn, seg.addresses
+            consts[f"s{k}"], consts[f"sa{k}"], consts[f"sg{k}"] = seg.fn, seg.addresses, seg
+            consts["call_segment"], consts["pool_state"] = native_plan.call_segment, seg.state
             ins = [load(n) for n in seg.inputs]
             guards = [f"{v}.shape == {tuple(shape)!r}" for v, shape in zip(ins, seg.shapes)]
             for j, (n, obj) in enumerate(seg.pinned):  # a value the segment holds as a constant (an overridable B)
                 consts[f"p{k}_{j}"] = obj
                 guards.append(f"{load(n)} is p{k}_{j}")
             guard = " and ".join(guards) or "True"
+            call = f"call_segment(s{k}, sa{k}" if seg.parallel else f"s{k}(sa{k}, pool_state, 1, 1"
             body += [f"    i = {i}", "    o = None", f"    if {guard}:", "        try:",
-                     f"            o = s{k}(sa{k}{''.join(', ' + v for v in ins)})",
+                     f"            o = {call}{''.join(', ' + v for v in ins)})",
                      "        except TypeError:  # argument types the segment was not compiled for", "            pass",
+                     "        if o is not None and o[0]:  # a kernel raised: its steps run, and raise",
+                     f"            sg{k}.failed += 1", "            o = None",
                      "    if o is not None:"]
             for j, n in enumerate(seg.outputs):
-                body.append(f"        {var(n)} = o[{j}]")
+                body.append(f"        {var(n)} = o[{j + 1}]")
             inside = range(seg.start, seg.stop)
             dead = [names[n] for m in inside for n in self.frees[m] if n in seg.inputs]
             if dead:

@@ -69,14 +69,17 @@ def scan_source(seg: Segment, body, n_state: int, outer: list[str]) -> str | Non
     scans = body.output_names[n_state:]
     params = [f"s{k}" for k in range(n_state)] + [f"x{j}" for j in range(len(names) - n_state)] + \
         [f"o{j}" for j in range(len(outer))]
-    lines = head + [f"def kernel(addresses, {', '.join(params)}):", "    n = x0.shape[0]"]
+    lines = head + [f"def kernel(addresses, state, threads, yield_every, {', '.join(params)}):", "    failed = 0",
+                    "    n = x0.shape[0]"]
     for j, n in enumerate(scans):
         shape, dtype = seg.out_types[at[n]]
         lines.append(f"    y{j} = np.empty((n, {''.join(f'{d}, ' for d in shape)}), np.{dtype.name})")
-    lines += ["    for t in range(n):", f"        r = body(addresses, {', '.join(exprs[n] for n in seg.inputs)})"]
-    lines += [f"        s{k} = r[{at[n]}]" for k, n in enumerate(body.output_names[:n_state])]
-    lines += [f"        y{j}[t] = r[{at[n]}]" for j, n in enumerate(scans)]
-    outs = [f"s{k}" for k in range(n_state)] + [f"y{j}" for j in range(len(scans))]
+    lines += ["    for t in range(n):",
+              f"        r = body(addresses, state, threads, yield_every, {', '.join(exprs[n] for n in seg.inputs)})",
+              "        failed += r[0]"]
+    lines += [f"        s{k} = r[{at[n] + 1}]" for k, n in enumerate(body.output_names[:n_state])]
+    lines += [f"        y{j}[t] = r[{at[n] + 1}]" for j, n in enumerate(scans)]
+    outs = ["failed"] + [f"s{k}" for k in range(n_state)] + [f"y{j}" for j in range(len(scans))]
     lines += [f"    return ({''.join(o + ', ' for o in outs)})", ""]
     return "\n".join(lines)
 
@@ -94,21 +97,21 @@ def loop_source(seg: Segment, body, n_carried: int, outer: list[str]) -> str | N
     at = {n: k for k, n in enumerate(seg.outputs)}
     scans = body.output_names[1 + n_carried:]
     params = ["trips", "go", "cond_in"] + [f"c{k}" for k in range(n_carried)] + [f"o{j}" for j in range(len(outer))]
-    lines = head + [f"def kernel(addresses, {', '.join(params)}):"]
+    lines = head + [f"def kernel(addresses, state, threads, yield_every, {', '.join(params)}):", "    failed = 0"]
     for j, n in enumerate(scans):
         shape, dtype = seg.out_types[at[n]]
         lines.append(f"    y{j} = np.empty((0, {''.join(f'{d}, ' for d in shape)}), np.{dtype.name})")
     lines += ["    i = 0", "    while go and i < trips:"]
     if names[0] in seg.inputs:  # the iteration number, a new array each time (the body may pass it on)
         lines += ["        it = np.empty((), np.int64)", "        it[()] = i"]
-    lines += [f"        r = body(addresses, {', '.join(exprs[n] for n in seg.inputs)})",
-              f"        go = r[{at[body.output_names[0]]}].item() != 0"]
-    lines += [f"        c{k} = r[{at[n]}]" for k, n in enumerate(body.output_names[1:1 + n_carried])]
+    lines += [f"        r = body(addresses, state, threads, yield_every, {', '.join(exprs[n] for n in seg.inputs)})",
+              "        failed += r[0]", f"        go = r[{at[body.output_names[0]] + 1}].item() != 0"]
+    lines += [f"        c{k} = r[{at[n] + 1}]" for k, n in enumerate(body.output_names[1:1 + n_carried])]
     for j, n in enumerate(scans):
         shape, dtype = seg.out_types[at[n]]
-        lines += _grow(f"y{j}", "i", shape, dtype) + [f"        y{j}[i] = r[{at[n]}]"]
+        lines += _grow(f"y{j}", "i", shape, dtype) + [f"        y{j}[i] = r[{at[n] + 1}]"]
     lines.append("        i += 1")
-    outs = [f"c{k}" for k in range(n_carried)] + [f"y{j}[:i].copy()" for j in range(len(scans))]
+    outs = ["failed"] + [f"c{k}" for k in range(n_carried)] + [f"y{j}[:i].copy()" for j in range(len(scans))]
     lines += [f"    return ({''.join(o + ', ' for o in outs)})", ""]
     return "\n".join(lines)
 
@@ -133,7 +136,7 @@ class NativeIterations:
         self.body = body
         self.source_of = source_of
         self.shapes_fit = shapes_fit  # whether the driver's arguments have the shapes the segment was built for
-        self.drivers: dict[tuple, Any] = {}  # signature -> (driver, addresses), or False
+        self.drivers: dict[tuple, Any] = {}  # signature -> (driver, addresses, parallel, pool state), or False
 
     def run(self, args: tuple, python_run: Callable[[], list]) -> list:
         """The step's outputs for the driver's arguments `args` (after the addresses): through the driver where
@@ -144,11 +147,11 @@ class NativeIterations:
             return python_run()
         if driver is None:
             return self._build(key, args, python_run)
-        fn, addresses = driver
         try:
-            return list(fn(addresses, *args))
+            got = _call_driver(driver, args)
         except TypeError:  # argument types it was not compiled for (a non-contiguous input)
             return python_run()
+        return python_run() if got[0] else list(got[1:])  # a kernel raised: the Python iterations raise
 
     def _build(self, key: tuple, args: tuple, python_run: Callable[[], list]) -> list:
         seg = whole_body_segment(self.body)
@@ -162,11 +165,12 @@ class NativeIterations:
             source = self.source_of(seg)
             if source is None:
                 return want
-            fn = self.body.native_store.load(source).kernel
-            got = list(fn(seg.addresses, *args))
-            fn.disable_compile()
-            if len(got) == len(want) and all(native_plan.same_values(a, b) for a, b in zip(want, got)):
-                self.drivers[key] = (fn, seg.addresses)
+            driver = (self.body.native_store.load(source).kernel, seg.addresses, seg.parallel, seg.state)
+            got = _call_driver(driver, args)
+            driver[0].disable_compile()
+            if not got[0] and len(got) == len(want) + 1 and \
+                    all(native_plan.same_values(a, b) for a, b in zip(want, got[1:])):
+                self.drivers[key] = driver
             else:
                 log.warning("onnxjit: the native iterations of %s did not reproduce the Python ones; not used",
                             self.body.graph.name or "a body")
@@ -174,6 +178,11 @@ class NativeIterations:
             log.warning("onnxjit: native iterations of %s not used: %s: %s", self.body.graph.name or "a body",
                         type(e).__name__, e)
         return want
+
+
+def _call_driver(driver, args):
+    fn, addresses, parallel, state = driver
+    return native_plan.call_segment(fn, addresses, *args) if parallel else fn(addresses, state, 1, 1, *args)
 
 
 def fits(seg: Segment, names: list[str], args: tuple, leading: dict[str, int]) -> bool:
