@@ -23,9 +23,14 @@ nothing heavy (no numba).
 ``ONNXJIT_COMPILE_PROCESSES`` (helper processes compiling a session's first run; session config entry
 ``session.onnxjit.compile_processes``) is read by :mod:`onnxjit.cache.parallel_compile` when a session is created.
 
-Session-level switch (not an environment variable): the session option
+Session-level switches (not environment variables): the session option
 ``session.onnxjit.disable_kernel_cache`` = ``"1"`` disables the cache for that
 session; its key is :data:`SESSION_DISABLE_KERNEL_CACHE`.
+``session.onnxjit.native_segments`` (:data:`SESSION_NATIVE_SEGMENTS`) says how
+small consecutive steps are joined into native segments
+(:mod:`onnxjit.session.native_plan`): ``"background"`` (the default: compiled in
+a background thread after a plan's second run), ``"inline"`` (compiled in that
+run) or ``"off"``.
 """
 from __future__ import annotations
 
@@ -35,9 +40,10 @@ from dataclasses import dataclass
 from typing import Mapping, Optional
 
 __all__ = ["Settings", "from_environ", "default_cache_dir", "SETTINGS", "CACHE_DIR", "DEBUG", "ASSERT_CACHED",
-           "SESSION_DISABLE_KERNEL_CACHE"]
+           "SESSION_DISABLE_KERNEL_CACHE", "SESSION_NATIVE_SEGMENTS"]
 
 SESSION_DISABLE_KERNEL_CACHE = "session.onnxjit.disable_kernel_cache"
+SESSION_NATIVE_SEGMENTS = "session.onnxjit.native_segments"
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"", "0", "false", "no", "off"}

@@ -6,6 +6,7 @@ import logging
 import numpy as np
 import onnx
 import onnxruntime
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import onnxjit
@@ -35,11 +36,15 @@ def _chain(first="x", n=16, rng=None):
     return nodes, w + [b]
 
 
-def _sessions(model):
+def _sessions(model, mode="inline"):
+    """onnxruntime's session and onnxjit's, whose segments compile in the run that builds them ("inline") unless
+    `mode` says otherwise."""
     so = onnxruntime.SessionOptions()
     so.log_severity_level = 3
     ref = onnxruntime.InferenceSession(model, so, providers=["CPUExecutionProvider"])
-    return ref, onnxjit.InferenceSession(model, providers=["CPUExecutionProvider"])
+    jo = onnxjit.SessionOptions()
+    jo.add_session_config_entry("session.onnxjit.native_segments", mode)
+    return ref, onnxjit.InferenceSession(model, jo, providers=["CPUExecutionProvider"])
 
 
 def _plans(sess):
@@ -71,6 +76,33 @@ def test_small_steps_run_as_one_segment_and_match_onnxruntime(caplog):
     steps = len(jit._compiled.steps)
     assert steps >= 4 and (seg.start, seg.stop) == (0, steps) and seg.source.count("failed += ") == steps
     assert sorted(seg.outputs) == ["s0", "y"]
+
+
+def test_segments_compile_in_the_background_while_runs_go_on_step_by_step():
+    nodes, inits = _chain()
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, 16])],
+                   [helper.make_tensor_value_info("y", F, [1, 16])], inits)
+    ref, jit = _sessions(model, mode="background")
+    x = np.random.default_rng(9).standard_normal((1, 16)).astype(np.float32)
+    for _ in range(3):
+        np.testing.assert_allclose(jit.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+    jit._compiled.wait_for_segments()
+    (plan,) = _plans(jit)
+    assert len(plan.segments) == 1 and plan.native
+    np.testing.assert_allclose(jit.run(None, {"x": x})[0], ref.run(None, {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_segments_can_be_turned_off_and_a_wrong_mode_is_refused():
+    nodes, inits = _chain()
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, 16])],
+                   [helper.make_tensor_value_info("y", F, [1, 16])], inits)
+    _, jit = _sessions(model, mode="off")
+    x = np.ones((1, 16), np.float32)
+    for _ in range(3):
+        jit.run(None, {"x": x})
+    assert not any(p.segments for p in _plans(jit))
+    with pytest.raises(onnxjit.InvalidArgument, match="native_segments"):
+        _sessions(model, mode="sometimes")
 
 
 def test_a_segment_steps_aside_where_a_value_it_reads_has_another_shape():

@@ -179,7 +179,8 @@ def profile_ops(case: zoo_export.ZooCase, inputs, runs: int = 3, top: int = 4):
             sess = benchmarking.make_session(kind, case.path, THREADS, os.path.join(tmp, kind + "_"))
             feeds = feeds_for(sess, inputs)
             sess.run(None, feeds)
-            if kind == "onnxjit":  # drop the warm-up run from onnxjit's trace
+            if kind == "onnxjit":  # drop the warm-up runs from onnxjit's trace
+                benchmarking.settle(sess, feeds)
                 os.remove(sess.end_profiling())
             else:
                 sess.end_profiling()

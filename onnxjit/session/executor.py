@@ -47,7 +47,7 @@ class ExecutionPlan:
     differ between runs with the same feeds' shapes, and then the step is bound again.
     """
 
-    __slots__ = ("bound", "native", "runs", "segments")
+    __slots__ = ("bound", "building", "native", "runs", "segments")
 
     def __init__(self, steps: list[Step]):
         # (signature, kernel) per step, replaced as one item so concurrent runs never see a mismatched pair
@@ -55,6 +55,7 @@ class ExecutionPlan:
         # the runner with native segments for this signature (native_plan): None until built, False if none
         self.native: tuple[Callable, list] | bool | None = None
         self.segments: list = []  # its native_plan.Segments (their sources, for inspection)
+        self.building: threading.Thread | None = None  # compiling the segments in the background
         self.runs = 0
 
 
@@ -86,8 +87,10 @@ class CompiledGraph:
         # these is copied to the host first), and a maker of this graph without the outputs' copies to the host
         self.host_read_inputs: set[str] = set(self.input_names)
         self.without_output_copies: Callable[[], "CompiledGraph"] | None = None
-        # where native segments' sources are loaded from (set by partition.compile_graph; None: no segments)
+        # where native segments' sources are loaded from (set by partition.compile_graph; None: no segments), and
+        # whether they compile in the background (runs go on step by step meanwhile) or "inline" in the run
         self.native_store = None
+        self.segment_mode = "background"
         # steps whose kernels may run natively (native_plan), and how many a segment joins at least
         self._native_candidates = sum(1 for st in steps if st.bind is not None or hasattr(st.fn, "native"))
         self.min_segment_calls = native_plan.MIN_CALLS
@@ -234,7 +237,8 @@ class CompiledGraph:
         if not build:
             return self._call_runner(straight, env, plan.bound, inputs)
         outs, runner = self._build_segments(plan, env, inputs, positional)
-        plan.native = runner if runner is not None else False
+        if runner is not None:  # (else False, or set when the segments compiled in the background are ready)
+            plan.native = runner
         return outs
 
     def _call_runner(self, straight: tuple[Callable, list], env: dict[str, Any], bound, inputs: tuple) -> list[Any]:
@@ -326,27 +330,59 @@ class CompiledGraph:
             outs = [o.copy() if n in self.constants and o is self.constants[n] else o
                     for n, o in zip(self.output_names, outs)]
         try:
-            segments = self._segments(calls, arg_values, fixed)
+            made = self._segments(calls, arg_values, fixed)
+        except Exception as e:  # noqa: BLE001 - the steps run one by one, as they did
+            log.warning("onnxjit: native segments of %s not used: %s: %s", self.graph.name or "a graph",
+                        type(e).__name__, e)
+            made = []
+        if not made:
+            return outs, None
+        # compiled and checked against this run (on copies: the caller owns its feeds and outputs; not of the
+        # values the segments hold as they are, which they check are the same objects)
+        pins = {id(obj) for seg, _ in made for _, obj in seg.pinned}
+        env, inputs, want = _copied(env, pins), _copied(inputs, pins), _copied(outs, pins)
+        if self.segment_mode == "inline":
+            return outs, self._finish_segments(plan, made, env, inputs, positional, want)
+
+        def finish():
+            plan.native = self._finish_segments(plan, made, env, inputs, positional, want) or False
+        plan.building = threading.Thread(target=finish, name="onnxjit-segments", daemon=True)
+        plan.building.start()
+        return outs, None
+
+    def _finish_segments(self, plan: ExecutionPlan, made: list, env: dict[str, Any], inputs: tuple,
+                         positional: bool, want: list) -> tuple[Callable, list] | None:
+        """Compile the segments `made` ((segment, address table) pairs), and the plan's runner with them if a run
+        through it reproduces `want` bit for bit; else None."""
+        try:
+            segments = [seg for seg, table in made if native_plan.load_segment(seg, table, self.native_store)]
             if not segments:
-                return outs, None
+                return None
             runner = self._straight_runner(positional, segments)
             check = self._call_runner(runner, env, plan.bound, inputs)
             if any(seg.failed for seg in segments):
                 raise RuntimeError("a segment's kernel raised where its step did not")
             for seg in segments:
                 seg.fn.disable_compile()  # other argument types: TypeError, and the steps run one by one
-            if all(native_plan.same_values(a, b) for a, b in zip(outs, check)):
+            if all(native_plan.same_values(a, b) for a, b in zip(want, check)):
                 plan.segments = segments
-                return outs, runner
+                return runner
             log.warning("onnxjit: native segments of %s did not reproduce the step-by-step run; not used",
                         self.graph.name or "a graph")
         except Exception as e:  # noqa: BLE001 - the steps run one by one, as they did
             log.warning("onnxjit: native segments of %s not used: %s: %s", self.graph.name or "a graph",
                         type(e).__name__, e)
-        return outs, None
+        return None
+
+    def wait_for_segments(self, timeout: float | None = None) -> None:
+        """Wait for the plans' native segments being compiled in the background (tests, benchmarks)."""
+        for plan in list(self._plans.values()):
+            if plan.building is not None:
+                plan.building.join(timeout)
 
     def _segments(self, calls: list, arg_values: list, fixed: list) -> list:
-        """The native segments of runs of native steps (calls[i] a NativeCall, or None for an alias)."""
+        """The native segments of runs of native steps (calls[i] a NativeCall, or None for an alias), each with
+        its address table, generated (not compiled yet)."""
         segments, i, n = [], 0, len(self.steps)
         while i < n:
             if calls[i] is False:
@@ -359,8 +395,8 @@ class CompiledGraph:
                 live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
                 table: list = []
                 seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, table)
-                if seg is not None and native_plan.load_segment(seg, table, self.native_store):
-                    segments.append(seg)
+                if seg is not None:
+                    segments.append((seg, table))
             i = j
         return segments
 
@@ -478,6 +514,15 @@ class CompiledGraph:
         scope: dict[str, Any] = {}
         exec(compile(src, f"<onnxjit plan of {self.graph.name or 'graph'}>", "exec"), consts, scope)
         return scope["run"], arg_vars
+
+
+def _copied(values, keep: set):
+    """A copy of a run's values (a dict, tuple or list) with every array copied but those whose ids are in `keep`."""
+    def copy(v):
+        return v.copy() if type(v) is np.ndarray and id(v) not in keep else v
+    if isinstance(values, dict):
+        return {k: copy(v) for k, v in values.items()}
+    return type(values)(copy(v) for v in values)
 
 
 def _frame_of(tb, code):

@@ -30,16 +30,18 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import numpy as np
+from llvmlite import ir
 from numba import typeof, types
+from numba.core import callconv, cgutils
 from numba.core.dispatcher import Dispatcher
 from numba.core.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
 from onnxjit import worker_pool
-from onnxjit.cache.jit import njit
 
 log = logging.getLogger("onnxjit")
 
+MODES = ("background", "inline", "off")  # session.onnxjit.native_segments (config.SESSION_NATIVE_SEGMENTS)
 MIN_CALLS = 2  # kernel calls a segment must join to be worth a compiled function
 # a step runs natively only below this work (element operations): above it the 1-2 us saved is lost in the
 # kernel's time, and a segment is one more function to compile (a transformer's LayerNorms: 50k a step)
@@ -83,102 +85,190 @@ class NativeCall:
         return True
 
 
-# --- intrinsics the generated segments use -----------------------------------------------------------------------
-@intrinsic
-def _ro(typingctx, a):
-    """`a` typed read-only (the type the kernels were compiled for: onnxjit passes them read-only views)."""
-    if not isinstance(a, types.Array):
+# --- the kernel calls' argument specs ------------------------------------------------------------------------
+# A call's arguments are written in the segment's source as one string literal, which the `_kernel_call`
+# intrinsic types and lowers directly (Numba typing and lowering a tuple of twenty typed constants and views took
+# about a second a segment): elements separated by commas, tuples in parentheses, each element one of
+#   v<j>:<dtype>:<d0>x<d1>..:<r|w>   the call's j-th array, viewed C-contiguous with that shape, read-only or not
+#   c<i>:<dtype>:<dims>:<r|w>        a constant array at addresses[i]
+#   n<dtype>:<value>                 a number (floats as float.hex)
+_NUMBER_TYPES = {"bool": types.boolean, "int8": types.int8, "int16": types.int16, "int32": types.int32,
+                 "int64": types.int64, "uint8": types.uint8, "uint16": types.uint16, "uint32": types.uint32,
+                 "uint64": types.uint64, "float32": types.float32, "float64": types.float64}
+
+
+def _number_spec(v) -> str | None:
+    if isinstance(v, (bool, np.bool_)):
+        return f"nbool:{int(bool(v))}"
+    if isinstance(v, int):
+        return f"nint64:{v}" if -2 ** 63 <= v < 2 ** 63 else None
+    if isinstance(v, float):
+        return f"nfloat64:{v.hex()}"
+    if isinstance(v, np.generic) and v.dtype.name in _NUMBER_TYPES:
+        return f"n{v.dtype.name}:{float(v).hex() if v.dtype.kind == 'f' else int(v)}"
+    if isinstance(v, tuple):
+        parts = [_number_spec(x) for x in v]
+        return None if any(p is None for p in parts) else "(" + ",".join(parts) + ")"
+    return None
+
+
+def _array_spec(kind: str, at: int, a_dtype, shape, readonly: bool) -> str | None:
+    name = np.dtype(a_dtype).name
+    if name not in _NUMBER_TYPES:
         return None
-
-    def codegen(context, builder, signature, args):
-        context.nrt.incref(builder, signature.args[0], args[0])  # a returned value is a new reference
-        return args[0]
-    return a.copy(readonly=True)(a), codegen
+    return f"{kind}{at}:{name}:{'x'.join(str(int(d)) for d in shape)}:{'r' if readonly else 'w'}"
 
 
-def _array_at(readonly: bool):
-    """An intrinsic (addresses, i, shape, dtype) -> a C-contiguous array of `dtype` and `shape` over the memory at
-    addresses[i] (a constant the segment's owner keeps alive), typed read-only or not as the kernels took it."""
-    @intrinsic
-    def at(typingctx, addresses, i, shape, dtype):
-        if isinstance(dtype, types.NumberClass):
-            dt = dtype.instance_type
-        elif isinstance(dtype, types.DType):
-            dt = dtype.dtype
+def _parse(spec: str):
+    """The element tree of an argument spec: ('t', children) for the whole tuple and nested ones."""
+    stack: list[list] = [[]]
+    token = ""
+
+    def flush():
+        nonlocal token
+        if token:
+            stack[-1].append(_parse_element(token))
+            token = ""
+    for ch in spec:
+        if ch == "(":
+            stack.append([])
+        elif ch == ")":
+            flush()
+            inner = stack.pop()
+            stack[-1].append(("t", inner))
+        elif ch == ",":
+            flush()
         else:
-            return None
-        if not isinstance(shape, types.BaseTuple) or not isinstance(addresses, types.Array):
-            return None
-        nd = len(shape)
-        result = types.Array(dt, nd, "C", readonly=readonly)
+            token += ch
+    flush()
+    return ("t", stack[0])
 
-        def codegen(context, builder, signature, args):
-            table = context.make_array(signature.args[0])(context, builder, value=args[0])
-            at = context.cast(builder, args[1], signature.args[1], types.intp)
-            address = builder.load(builder.gep(table.data, [at]))
-            data_type = context.get_data_type(dt)
-            data = builder.inttoptr(address, data_type.as_pointer())
-            dims = [context.cast(builder, builder.extract_value(args[2], d), signature.args[2][d], types.intp)
-                    for d in range(nd)]
+
+def _parse_element(token: str):
+    if token[0] == "n":
+        dtype, value = token[1:].split(":")
+        ty = _NUMBER_TYPES[dtype]
+        v = float.fromhex(value) if dtype.startswith("float") else int(value)
+        return ("n", ty, bool(v) if dtype == "bool" else v)
+    at, dtype, dims, ro = token[1:].split(":")
+    shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+    return (token[0], int(at), _NUMBER_TYPES[dtype], shape, ro == "r")
+
+
+def _type_of(node):
+    if node[0] == "t":
+        return types.Tuple([_type_of(c) for c in node[1]])
+    if node[0] == "n":
+        return node[1]
+    return types.Array(node[2], len(node[3]), "C", readonly=node[4])
+
+
+SPEC_TYPES: dict[str, Any] = {}  # a spec -> the argument tuple's type, as typed in this process (check_types)
+
+
+def _call_through(context, builder, address, argtys, values, restype):
+    """Call the Numba function at `address` (compiled for exactly `argtys`, returning `restype`) with Numba's
+    calling convention: (whether it raised, its return value)."""
+    conv = context.call_conv
+    callee = builder.inttoptr(address, conv.get_function_type(restype, argtys).as_pointer())
+    retty = conv.get_return_type(restype).pointee
+    ret = cgutils.alloca_once(builder, retty)
+    builder.store(cgutils.get_null_value(retty), ret)
+    excinfo = cgutils.alloca_once(builder, ir.PointerType(callconv.excinfo_t))
+    code = builder.call(callee, [ret, excinfo] + list(conv._get_arg_packer(argtys).as_arguments(builder, values)))
+    status = conv._get_return_status(builder, code, builder.load(excinfo))
+    return status.is_error, builder.load(ret)
+
+
+@intrinsic
+def _kernel_call(typingctx, addresses, spec, state, threads, yield_every, arrays):
+    """kernel(*arguments, u0, u1) over the units [0, units) for the spec "k=<i> l=<i> u=<units> s=<shares>|<args>":
+    the kernel's entry point at addresses[k], compiled for exactly the arguments' types; where l >= 0 and
+    `threads` > 1, split over the pool's threads through worker_pool._launch's overload for those types at
+    addresses[l] (shares at most s). `arrays`: the call's arrays, which the v elements view. Returns the shares
+    (or calls) that raised."""
+    if not isinstance(spec, types.StringLiteral) or not isinstance(arrays, types.BaseTuple):
+        return None
+    head, body = spec.literal_value.split("|", 1)
+    fields = dict(kv.split("=") for kv in head.split())
+    tree = _parse(body)
+    tuple_type = _type_of(tree)
+    for node in _leaves(tree):  # the arrays viewed must be C-contiguous of the dtype the spec says
+        if node[0] == "v":
+            src = arrays[node[1]]
+            if not isinstance(src, types.Array) or src.layout != "C" or src.dtype != node[2]:
+                return None
+    SPEC_TYPES[spec.literal_value] = tuple_type
+    k_at, l_at, units, shares = (int(fields[f]) for f in "klus")
+
+    def codegen(context, builder, signature, cargs):
+        table = context.make_array(signature.args[0])(context, builder, value=cargs[0])
+        i64 = ir.IntType(64)
+
+        def address(i):
+            return builder.load(builder.gep(table.data, [context.get_constant(types.intp, i)]))
+
+        def build(node, ty):
+            if node[0] == "t":
+                return context.make_tuple(builder, ty, [build(c, t) for c, t in zip(node[1], ty.types)])
+            if node[0] == "n":
+                return context.get_constant(node[1], node[2])
+            data_type = context.get_data_type(node[2])
+            if node[0] == "v":
+                src = context.make_array(signature.args[5][node[1]])(
+                    context, builder, value=builder.extract_value(cargs[5], node[1]))
+                data, meminfo = builder.bitcast(src.data, data_type.as_pointer()), src.meminfo
+            else:
+                data, meminfo = builder.inttoptr(address(node[1]), data_type.as_pointer()), None
             itemsize = context.get_abi_sizeof(data_type)
-            strides, step = [], context.get_constant(types.intp, itemsize)
-            for d in reversed(dims):
+            strides, step = [], itemsize
+            for d in reversed(node[3]):
                 strides.append(step)
-                step = builder.mul(step, d)
-            out = context.make_array(result)(context, builder)
-            populate_array(out, data=data, shape=dims, strides=strides[::-1], itemsize=itemsize, meminfo=None)
+                step *= d
+            out = context.make_array(ty)(context, builder)
+            populate_array(out, data=data, shape=[context.get_constant(types.intp, d) for d in node[3]],
+                           strides=[context.get_constant(types.intp, st) for st in strides[::-1]],
+                           itemsize=itemsize, meminfo=meminfo)
             return out._getvalue()
-        return result(addresses, i, shape, dtype), codegen
-    return at
+        args = build(tree, tuple_type)
+        kernel = address(k_at)
+        argtys = tuple(tuple_type.types) + (types.int64, types.int64)
+        values = [builder.extract_value(args, i) for i in range(len(tuple_type))]
+        result = cgutils.alloca_once(builder, i64)
+
+        def serial():
+            failed, _ = _call_through(context, builder, kernel, argtys,
+                                      values + [ir.Constant(i64, 0), ir.Constant(i64, units)], types.none)
+            builder.store(builder.zext(failed, i64), result)
+        if l_at < 0:
+            serial()
+        else:
+            threads_value = context.cast(builder, cargs[3], signature.args[3], types.int64)
+            with builder.if_else(builder.icmp_signed(">", threads_value, ir.Constant(i64, 1))) as (split, alone):
+                with split:
+                    n_shares = builder.select(builder.icmp_signed("<", threads_value, ir.Constant(i64, shares)),
+                                              threads_value, ir.Constant(i64, shares))
+                    yields = context.cast(builder, cargs[4], signature.args[4], types.int64)
+                    failed, shares_failed = _call_through(
+                        context, builder, address(l_at), (signature.args[2], tuple_type) + (types.int64,) * 4,
+                        [cargs[2], args, kernel, ir.Constant(i64, units), n_shares, yields], types.int64)
+                    builder.store(builder.select(failed, ir.Constant(i64, 1), shares_failed), result)
+                with alone:
+                    serial()
+        return builder.load(result)
+    return types.int64(addresses, spec, state, threads, yield_every, arrays), codegen
 
 
-_at = _array_at(True)
-_at_w = _array_at(False)  # a constant a kernel took writable (it never writes it: a derived weight, say)
+def _leaves(node):
+    if node[0] == "t":
+        for c in node[1]:
+            yield from _leaves(c)
+    else:
+        yield node
 
 
-# --- source generation ---------------------------------------------------------------------------------------------
-def _literal(v) -> str | None:
-    """Source for a number (or tuple of numbers) that numba types as it types `v`, or None."""
-    if isinstance(v, (bool, np.bool_)):
-        return "True" if v else "False"
-    if isinstance(v, int):
-        return repr(v)
-    if isinstance(v, float):
-        return _float_source(v, "float")
-    if isinstance(v, np.generic) and v.dtype.kind in "iuf":
-        return _float_source(float(v), f"np.{v.dtype.name}") if v.dtype.kind == "f" else f"np.{v.dtype.name}({int(v)})"
-    if isinstance(v, tuple):
-        parts = [_literal(x) for x in v]
-        if any(p is None for p in parts):
-            return None
-        return "(" + "".join(p + ", " for p in parts) + ")"
-    return None
-
-
-def _float_source(x: float, cast: str) -> str:
-    if x != x:
-        return f"{cast}(np.nan)"
-    if x in (float("inf"), float("-inf")):
-        return f"{cast}({'-' if x < 0 else ''}np.inf)"
-    return f"{cast}({x!r})"
-
-
-def _typed_literal(v) -> str | None:
-    """Source for a number or tuple of numbers that Numba types exactly as it types `v` (a kernel's argument)."""
-    if isinstance(v, (bool, np.bool_)):
-        return f"np.bool_({bool(v)})"
-    if isinstance(v, int):
-        return f"np.int64({v})"
-    if isinstance(v, float):
-        return _float_source(v, "np.float64")
-    if isinstance(v, np.generic) and v.dtype.kind in "iuf":
-        return _literal(v)
-    if isinstance(v, tuple):
-        parts = [_typed_literal(x) for x in v]
-        if any(p is None for p in parts):
-            return None
-        return "(" + "".join(p + ", " for p in parts) + ")"
-    return None
+def _shape_source(shape) -> str:
+    return "(" + "".join(f"{int(d)}, " for d in shape) + ")"
 
 
 def _kernel_import(kernel) -> tuple[str, str] | None:
@@ -204,7 +294,8 @@ def _module_digest(modules) -> str:
 
 @dataclass
 class Segment:
-    """Steps [start, stop) of a graph as one compiled function `fn(addresses, *inputs) -> tuple(outputs)`."""
+    """Steps [start, stop) of a graph as one compiled function
+    `fn(addresses, state, threads, yield_every, *inputs) -> (failed, *outputs)`."""
     start: int
     stop: int
     inputs: list  # value names, in the function's parameter order after `addresses`
@@ -217,7 +308,7 @@ class Segment:
     addresses: np.ndarray | None = None
     keep: list = field(default_factory=list)  # the constant arrays whose addresses the segment reads
     parallel: bool = False  # whether a call splits over the pool's threads (call it through call_segment)
-    expected: dict = field(default_factory=dict)  # argument tuple variable -> its Numba type (check_types)
+    expected: dict = field(default_factory=dict)  # argument spec -> its Numba type (check_types)
     samples: list = field(default_factory=list)  # the build run's input values (to compile for; then dropped)
     state: np.ndarray | None = None  # the pool's state array (a serial segment's argument)
     failed: int = 0  # calls in which a kernel raised (the steps ran instead)
@@ -228,18 +319,18 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
 
     arg_values[i]: step i's arguments in the build run; fixed[i][k]: whether argument k is a constant of the
     graph; live_after: the value names read after the segment (or graph outputs). What the segment reads from
-    its address table is appended to `table`: constant arrays, and the kernels' native entry points (ints).
+    its address table is appended to `table`: constant arrays, and the entry points (ints) of the kernels and of
+    worker_pool._launch's overloads.
 
-    Each kernel is called through its entry point for the argument types the step passed (worker_pool's share
-    entry, on this thread or split over the pool's as the step would be): the segment links no kernel's code,
-    so it compiles in a fraction of a second however large its kernels are."""
+    Each kernel is called through its entry point for the argument types its step passed it, on this thread or
+    split over the pool's as the step would be: the segment links no kernel's code."""
     local: dict[str, str] = {}  # value name -> local variable
     typed: dict[str, tuple] = {}  # value name -> (shape, dtype)
     inputs: list[str] = []
     shapes: list[tuple] = []
     samples: list = []
     pinned: dict[str, Any] = {}
-    expected: dict[str, Any] = {}  # argument tuple variable -> the Numba type the kernel was compiled for
+    expected: dict[str, Any] = {}
     body: list[str] = []
     state = worker_pool._the_pool()._state
 
@@ -254,12 +345,11 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
             samples.append(arg)
         return local[name]
 
-    def constant_array(a: np.ndarray, shape, readonly: bool = True) -> str | None:
-        if not a.flags.c_contiguous or a.dtype.kind not in "biuf":
+    def constant(a: np.ndarray, shape, readonly: bool) -> str | None:
+        if not a.flags.c_contiguous:
             return None
         table.append(a)
-        return f"{'_at' if readonly else '_at_w'}(addresses, {len(table) - 1}, {_literal(tuple(shape))}, " \
-            f"np.{a.dtype.name})"
+        return _array_spec("c", len(table) - 1, a.dtype, shape, readonly)
 
     for i in range(start, stop):
         step, call, args = steps[i], calls[i], arg_values[i]
@@ -279,8 +369,12 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
         for j, (shape, dtype) in enumerate(call.buffers):
             buffers.append(f"b{i}_{j}")
             made.append(np.empty(shape, dtype))
-            body.append(f"    b{i}_{j} = np.empty({_literal(tuple(shape))}, np.{np.dtype(dtype).name})")
-        exprs, passed = [], []  # the arguments' source, and the arguments as the step passes them
+            body.append(f"    b{i}_{j} = np.empty({_shape_source(shape)}, np.{np.dtype(dtype).name})")
+        specs, arrays, passed = [], [], []  # the elements' specs, the call's arrays, the arguments as passed
+
+        def array(var: str, a: np.ndarray, shape, readonly: bool) -> str | None:
+            arrays.append(var)
+            return _array_spec("v", len(arrays) - 1, a.dtype, shape, readonly)
         for a in call.args:
             if isinstance(a, In):
                 arg = args[a.k]
@@ -290,44 +384,48 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
                 view.setflags(write=False)
                 passed.append(view)
                 if fixed[i][a.k]:
-                    e = constant_array(view, a.shape)
+                    e = constant(view, a.shape, True)
                 else:
                     v = value(step.inputs[a.k], arg)
-                    e = None if v is None else f"_ro({v}.reshape({_literal(tuple(a.shape))}))"
+                    e = None if v is None else array(v, arg, a.shape, True)
             elif isinstance(a, Out):
                 passed.append(made[a.j])
-                e = buffers[a.j]
+                e = array(buffers[a.j], made[a.j], made[a.j].shape, False)
             elif type(a) is np.ndarray:
                 passed.append(a)
-                e = constant_array(a, a.shape, readonly=not a.flags.writeable)
+                e = constant(a, a.shape, not a.flags.writeable)
             else:
                 passed.append(a)
-                e = _typed_literal(a)
+                e = _number_spec(a)
             if e is None:
                 return None
-            exprs.append(e)
+            specs.append(e)
         found = worker_pool._launcher(call.kernel, tuple(passed), state)
         if found is None:  # not compiled for exactly these types
             return None
         table.append(found[0])
-        expected[f"t{i}"] = typeof(tuple(passed))
-        body.append(f"    t{i} = ({''.join(e + ', ' for e in exprs)})")
-        if call.parallel:
-            body.append(f"    failed += _split(state, t{i}, addresses[{len(table) - 1}], {call.units}, threads, "
-                        "yield_every)")
-        else:
-            body.append(f"    failed += _call(t{i}, addresses[{len(table) - 1}], {call.units})")
+        kernel_at, launch_at = len(table) - 1, -1
+        argtys = typeof(tuple(passed))
+        if call.parallel and call.units > 1:
+            launch = worker_pool._launch.overloads[worker_pool.launch_signature(tuple(argtys.types), state)]
+            table.append(launch.library.get_pointer_to_function(launch.fndesc.llvm_func_name))
+            launch_at = len(table) - 1
+        spec = f"k={kernel_at} l={launch_at} u={call.units} s={min(call.units, worker_pool.MAX_SHARES)}|" + \
+            ",".join(specs)
+        expected[spec] = argtys
+        body.append(f"    failed += _kernel_call(addresses, {spec!r}, state, threads, yield_every, "
+                    f"({''.join(v + ', ' for v in arrays)}))")
         for name, (j, shape) in zip(step.outputs, call.outputs):
             if name:
                 local[name] = f"v{i}_{j}"
                 typed[name] = (tuple(shape), np.dtype(call.buffers[j][1]))
                 same = tuple(shape) == tuple(call.buffers[j][0])
-                body.append(f"    v{i}_{j} = {buffers[j]}" + ("" if same else f".reshape({_literal(tuple(shape))})"))
+                body.append(f"    v{i}_{j} = {buffers[j]}" + ("" if same else f".reshape({_shape_source(shape)})"))
     outputs = [n for i in range(start, stop) for n in steps[i].outputs if n and n in live_after and n in local]
     if not outputs:
         return None
     lines = ["import numpy as np", "from onnxjit.cache.jit import njit",
-             "from onnxjit.session.native_plan import _at, _at_w, _call, _ro, _split",
+             "from onnxjit.session.native_plan import _kernel_call",
              f"# callees' digest: {_module_digest(['onnxjit.session.native_plan', 'onnxjit.worker_pool'])}", "",
              "", "@njit(cache=CACHE, nogil=True)",
              f"def kernel(addresses, state, threads, yield_every{''.join(', ' + local[n] for n in inputs)}):",
@@ -345,27 +443,22 @@ def load_segment(seg: Segment, table: list, store) -> bool:
     addresses = np.array([x if isinstance(x, int) else x.ctypes.data for x in table] or [0], dtype=np.int64)
     addresses.setflags(write=False)
     seg.addresses, seg.keep = addresses, [x for x in table if not isinstance(x, int)]
-    seg.fn = store.load(seg.source).kernel
-    seg.fn.compile(tuple(typeof(x) for x in (addresses, seg.state, 1, 1, *seg.samples)))
+    seg.fn = store.load(seg.source).kernel  # (the same dispatcher for the same source, in this process)
+    sig = tuple(typeof(x) for x in (addresses, seg.state, 1, 1, *seg.samples))
+    if sig not in seg.fn.overloads:
+        seg.fn.compile(sig)
     seg.samples = []
     if not check_types(seg):
-        log.warning("onnxjit: a native segment passes its kernels other types than their steps; not used")
+        log.warning("onnxjit: a native segment would pass its kernels other types than their steps; not used")
         return False
     return True
 
 
 def check_types(seg: Segment) -> bool:
-    """Whether each kernel's argument tuple in the compiled segment has the types its entry point was compiled
-    for (the share entry calls it assuming so). Where Numba kept no type map (a cache hit of a source checked when
-    it was compiled), True."""
-    for cres in seg.fn.overloads.values():
-        typemap = getattr(getattr(cres, "fndesc", None), "typemap", None)
-        if not typemap:
-            continue
-        for name, want in seg.expected.items():
-            if typemap.get(name) != want:
-                return False
-    return True
+    """Whether each kernel call's arguments, as the segment's spec types them, are the types its entry point was
+    compiled for (it is called assuming so). A spec not typed in this process (the segment came from the cache,
+    checked when it was compiled from the same source) passes."""
+    return all(SPEC_TYPES.get(spec, want) == want for spec, want in seg.expected.items())
 
 
 def call_segment(fn, addresses, *inputs):
@@ -380,23 +473,6 @@ def call_segment(fn, addresses, *inputs):
         return fn(addresses, pool._state, threads, pool._yield_every, *inputs)
     finally:
         pool.release()
-
-
-@njit(cache=True, nogil=True)
-def _call(args, kernel, n_units):
-    """kernel(*args, 0, n_units) on this thread (`kernel` its native entry point): 1 where it raised."""
-    arguments, entry = worker_pool._publish(args)
-    return worker_pool._call_share_entry(entry, arguments, kernel, 0, n_units)
-
-
-@njit(cache=True, nogil=True)
-def _split(state, args, kernel, n_units, threads, yield_every):
-    """kernel(*args, u0, u1) over [0, n_units) split over `threads` of the pool (held by the caller): the shares
-    that raised."""
-    if threads <= 1 or n_units <= 1:
-        return _call(args, kernel, n_units)
-    return worker_pool._launch(state, args, kernel, n_units, min(threads, n_units, worker_pool.MAX_SHARES),
-                               yield_every)
 
 
 def same_values(a, b) -> bool:

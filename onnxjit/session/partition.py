@@ -8,11 +8,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
+from onnxjit.config import SESSION_NATIVE_SEGMENTS as NATIVE_SEGMENTS_KEY
+from onnxjit.errors import InvalidArgument
 from onnxjit.errors import NotImplemented as OrtNotImplemented
 from onnxjit.ir.graph import Graph, Node
 from onnxjit.ir.types import TensorType
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step
 from onnxjit.session.executor import CompiledGraph
+from onnxjit.session.native_plan import MODES as NATIVE_SEGMENT_MODES
 
 HOST = "cpu"
 
@@ -98,13 +101,20 @@ def compile_graph(graph: Graph, providers: Sequence[ExecutionProvider], compiler
     compiled = CompiledGraph(graph, steps, output_names, device_constants)
     compiled.host_read_inputs = {n for s in steps if s.provider != "copy" for k, n in enumerate(s.inputs)
                                  if n and (k in s.host_inputs or _host_step(s, providers))} | set(output_names)
-    store = next((p.kernel_store for p in providers if getattr(p, "kernel_store", None) is not None), None)
-    compiled.native_store = store
+    cpu = next((p for p in providers if getattr(p, "kernel_store", None) is not None), None)
+    mode = cpu.session_config.get(NATIVE_SEGMENTS_KEY, "background") if cpu is not None else "off"
+    if mode not in NATIVE_SEGMENT_MODES:
+        raise InvalidArgument(f"session config {NATIVE_SEGMENTS_KEY!r} must be one of {NATIVE_SEGMENT_MODES}, "
+                              f"got {mode!r}")
+
+    def segmented(g: CompiledGraph) -> CompiledGraph:
+        g.native_store = cpu.kernel_store if mode != "off" else None
+        g.segment_mode = mode
+        return g
+    segmented(compiled)
 
     def without_output_copies() -> CompiledGraph:
-        g = CompiledGraph(graph, steps[:computed], device_outputs, device_constants)
-        g.native_store = store
-        return g
+        return segmented(CompiledGraph(graph, steps[:computed], device_outputs, device_constants))
     compiled.without_output_copies = without_output_copies
     return compiled
 
