@@ -275,3 +275,32 @@ def test_a_loop_whose_weight_a_feed_may_override_uses_the_fed_weight():
     h0 = rng.standard_normal((1, 8)).astype(np.float32)
     w = rng.standard_normal((8, 8)).astype(np.float32)
     _check_runs(ref, jit, [{"h0": h0}, {"h0": h0}, {"h0": h0}, {"h0": h0, "W": w}, {"h0": h0}, {"h0": h0, "W": w}])
+
+
+def test_a_small_conv_net_runs_as_segments_split_over_threads():
+    """Convs (one large enough to split over the pool's two threads, one depthwise, one adding a residual), a
+    global average pool, a Flatten viewed in place and a Gemm: joined into a segment, results as onnxruntime's and
+    bit-equal to the step-by-step run."""
+    rng = np.random.default_rng(10)
+
+    def w(name, *shape):
+        return numpy_helper.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32),
+                                       name)
+    inits = [w("W1", 16, 8, 3, 3), w("W2", 16, 1, 3, 3), w("W3", 16, 16, 1, 1), w("G", 16, 10),
+             numpy_helper.from_array(rng.standard_normal(16).astype(np.float32), "B1")]
+    nodes = [helper.make_node("Conv", ["x", "W1", "B1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "W2"], ["c2"], pads=[1, 1, 1, 1], group=16),
+             helper.make_node("Conv", ["c2", "W3"], ["c3"]), helper.make_node("Add", ["c3", "r1"], ["s"]),
+             helper.make_node("GlobalAveragePool", ["s"], ["p"]), helper.make_node("Flatten", ["p"], ["f"]),
+             helper.make_node("Gemm", ["f", "G"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, 8, 24, 24])],
+                   [helper.make_tensor_value_info("y", F, [1, 10])], inits)
+    ref, jit = _sessions(model)
+    feeds = [{"x": rng.standard_normal((1, 8, 24, 24)).astype(np.float32)} for _ in range(4)]
+    _check_runs(ref, jit, feeds)
+    (plan,) = _plans(jit)
+    assert sum(seg.stop - seg.start for seg in plan.segments) == len(jit._compiled.steps)
+    assert any(seg.parallel for seg in plan.segments), [seg.source for seg in plan.segments]
+    step_by_step = jit._compiled.run(feeds[0], profile=[])
+    np.testing.assert_array_equal(jit.run(None, feeds[0])[0], step_by_step[0])

@@ -26,7 +26,7 @@ from onnxjit.kernels import linalg as klinalg
 from onnxjit.kernels import nn as knn
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels import pool as kpool
-from onnxjit.kernels.linalg import single_threaded_blas_for
+from onnxjit.kernels.linalg import BLAS_SERIAL_WORK, single_threaded_blas_for
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
@@ -586,7 +586,7 @@ def build_conv(node):
         if entry is None or entry[0] is not w or entry[1] is not b:
             return None
         site, template, (s0, s1, s2), shape, shape5, units, work, uses_blas = entry[4]
-        if site is None or uses_blas or work >= NATIVE_GRAIN or (z is not None and z.shape != shape):
+        if site is None or work >= NATIVE_GRAIN or (z is not None and z.shape != shape):
             return None
         args = list(template)
         if s1 is None:  # the dot products (bind's `dots`)
@@ -598,7 +598,8 @@ def build_conv(node):
             args[s0], args[s2] = In(0, x_view), Out(0)
             args[s1] = _no_residual(x.dtype, len(buffer)) if z is None else In(3, buffer)
         return NativeCall(site.kernel, args, units, [(buffer, x.dtype)], [(0, shape)],
-                          pinned=(1,) if b is None else (1, 2), parallel=units > 1 and work >= PARALLEL_GRAIN)
+                          pinned=(1,) if b is None else (1, 2), parallel=units > 1 and work >= PARALLEL_GRAIN,
+                          single_threaded_blas=uses_blas and work > BLAS_SERIAL_WORK)
 
     run.native = native
     run.writes_into = True  # `out`: a C-contiguous array of the output's shape and dtype to write (placement.py)
@@ -982,6 +983,15 @@ def _global_pool_builder(kernel):
                 site = sites[x.dtype] = CallSite(kernel)
             site.run((ro_reshaped(x, (rows, size)), y), rows, x.size)
             return (y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)),)
+
+        def native(x):
+            site = sites.get(x.dtype) if type(x) is np.ndarray and x.ndim >= 2 else None
+            rows = x.shape[0] * x.shape[1] if site is not None else 0
+            if not rows or not x.size or x.size >= NATIVE_GRAIN:
+                return None
+            return NativeCall(site.kernel, [In(0, (rows, x.size // rows)), Out(0)], rows, [((rows,), x.dtype)],
+                              [(0, x.shape[:2] + (1,) * (x.ndim - 2))], parallel=rows > 1 and x.size >= PARALLEL_GRAIN)
+        run.native = native
         return run
     return build
 

@@ -10,6 +10,7 @@ from onnx import TensorProto
 
 from onnxjit.ops.nn import constant_input, rank_of, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.session.native_plan import NativeView
 
 T = TensorProto
 
@@ -62,6 +63,13 @@ def build_flatten(node):
         if not 0 <= a <= x.ndim:
             raise ValueError(f"Flatten: axis {axis} is out of range for an input of rank {x.ndim}")
         return (x.reshape(math.prod(x.shape[:a]), math.prod(x.shape[a:])),)
+
+    def native(x):
+        a = axis + x.ndim if type(x) is np.ndarray and axis < 0 else axis
+        if type(x) is not np.ndarray or not 0 <= a <= x.ndim:
+            return None
+        return NativeView((math.prod(x.shape[:a]), math.prod(x.shape[a:])))
+    run.native = native
     return run
 
 
@@ -115,6 +123,11 @@ def build_reshape(node):
                 target = targets[x.shape] = reshape_target(x.shape, shape.reshape(-1), allowzero)
             return (x.reshape(target),)
         return (x.reshape(reshape_target(x.shape, shape.reshape(-1), allowzero)),)
+
+    def native(x, shape):
+        target = targets.get(x.shape) if shape is const and type(x) is np.ndarray else None
+        return None if target is None else NativeView(target, pinned=(1,))
+    run.native = native
     return run
 
 

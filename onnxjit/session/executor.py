@@ -481,7 +481,8 @@ class CompiledGraph:
                 consts[f"p{k}_{j}"] = obj
                 guards.append(f"{load(n)} is p{k}_{j}")
             guard = " and ".join(guards) or "True"
-            call = f"call_segment(s{k}, sa{k}" if seg.parallel else f"s{k}(sa{k}, pool_state, 1, 1"
+            call = f"call_segment(s{k}, sa{k}, {seg.blas}" if seg.parallel or seg.blas else \
+                f"s{k}(sa{k}, pool_state, 1, 1"
             body += [f"    i = {i}", "    o = None", f"    if {guard}:", "        try:",
                      f"            o = {call}{''.join(', ' + v for v in ins)})",
                      "        except TypeError:  # argument types the segment was not compiled for", "            pass",

@@ -136,7 +136,7 @@ class NativeIterations:
         self.body = body
         self.source_of = source_of
         self.shapes_fit = shapes_fit  # whether the driver's arguments have the shapes the segment was built for
-        self.drivers: dict[tuple, Any] = {}  # signature -> (driver, addresses, parallel, pool state), or False
+        self.drivers: dict[tuple, Any] = {}  # signature -> (driver, addresses, parallel, blas, pool state), or False
 
     def run(self, args: tuple, python_run: Callable[[], list]) -> list:
         """The step's outputs for the driver's arguments `args` (after the addresses): through the driver where
@@ -165,7 +165,7 @@ class NativeIterations:
             source = self.source_of(seg)
             if source is None:
                 return want
-            driver = (self.body.native_store.load(source).kernel, seg.addresses, seg.parallel, seg.state)
+            driver = (self.body.native_store.load(source).kernel, seg.addresses, seg.parallel, seg.blas, seg.state)
             got = _call_driver(driver, args)
             driver[0].disable_compile()
             if not got[0] and len(got) == len(want) + 1 and \
@@ -181,8 +181,10 @@ class NativeIterations:
 
 
 def _call_driver(driver, args):
-    fn, addresses, parallel, state = driver
-    return native_plan.call_segment(fn, addresses, *args) if parallel else fn(addresses, state, 1, 1, *args)
+    fn, addresses, parallel, blas, state = driver
+    if parallel or blas:
+        return native_plan.call_segment(fn, addresses, blas, *args)
+    return fn(addresses, state, 1, 1, *args)
 
 
 def fits(seg: Segment, names: list[str], args: tuple, leading: dict[str, int]) -> bool:

@@ -38,6 +38,7 @@ from numba.core.extending import intrinsic
 from numba.np.arrayobj import populate_array
 
 from onnxjit import worker_pool
+from onnxjit.kernels.linalg import single_threaded_blas
 
 log = logging.getLogger("onnxjit")
 
@@ -45,7 +46,7 @@ MODES = ("background", "inline", "off")  # session.onnxjit.native_segments (conf
 MIN_CALLS = 2  # kernel calls a segment must join to be worth a compiled function
 # a step runs natively only below this work (element operations): above it the 1-2 us saved is lost in the
 # kernel's time, and a segment is one more function to compile (a transformer's LayerNorms: 50k a step)
-NATIVE_GRAIN = 1 << 22
+NATIVE_GRAIN = 1 << 24
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,7 @@ class NativeCall:
     outputs: list
     pinned: tuple = ()
     parallel: bool = False  # split over the pool's threads as the step splits it
+    single_threaded_blas: bool = False  # the kernel calls BLAS and its step holds BLAS to one thread around it
 
     def matches(self, outs) -> bool:
         """Whether the step's outputs of a run are what this call makes (shapes and dtypes)."""
@@ -83,6 +85,17 @@ class NativeCall:
             if type(o) is not np.ndarray or o.shape != tuple(shape) or o.dtype != self.buffers[j][1]:
                 return False
         return True
+
+
+@dataclass
+class NativeView:
+    """How a step runs natively when its output is its input 0 viewed with another `shape` (Reshape, Flatten;
+    `pinned` as NativeCall's)."""
+    shape: tuple
+    pinned: tuple = ()
+
+    def matches(self, outs) -> bool:
+        return len(outs) == 1 and type(outs[0]) is np.ndarray and outs[0].shape == tuple(self.shape)
 
 
 # --- the kernel calls' argument specs ------------------------------------------------------------------------
@@ -308,6 +321,7 @@ class Segment:
     addresses: np.ndarray | None = None
     keep: list = field(default_factory=list)  # the constant arrays whose addresses the segment reads
     parallel: bool = False  # whether a call splits over the pool's threads (call it through call_segment)
+    blas: bool = False  # whether BLAS is held to one thread around it (a call's NativeCall.single_threaded_blas)
     expected: dict = field(default_factory=dict)  # argument spec -> its Numba type (check_types)
     samples: list = field(default_factory=list)  # the build run's input values (to compile for; then dropped)
     state: np.ndarray | None = None  # the pool's state array (a serial segment's argument)
@@ -365,6 +379,14 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
                 if step.inputs[k] in local and step.inputs[k] not in inputs:
                     return None  # computed in the segment: a new object each run
                 pinned[step.inputs[k]] = args[k]
+        if isinstance(call, NativeView):
+            src = None if fixed[i][0] or not args[0].flags.c_contiguous else value(step.inputs[0], args[0])
+            if src is None:
+                return None
+            local[step.outputs[0]] = f"v{i}_0"
+            typed[step.outputs[0]] = (tuple(call.shape), args[0].dtype)
+            body.append(f"    v{i}_0 = {src}.reshape({_shape_source(call.shape)})")
+            continue
         buffers, made = [], []
         for j, (shape, dtype) in enumerate(call.buffers):
             buffers.append(f"b{i}_{j}")
@@ -432,7 +454,8 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
              "    failed = 0", *body, f"    return (failed, {''.join(local[n] + ', ' for n in outputs)})", ""]
     seg = Segment(start, stop, inputs, shapes, list(pinned.items()), outputs, [typed[n] for n in outputs],
                   "\n".join(lines))
-    seg.parallel = any(c is not None and c.parallel for c in calls[start:stop])
+    seg.parallel = any(isinstance(c, NativeCall) and c.parallel for c in calls[start:stop])
+    seg.blas = any(isinstance(c, NativeCall) and c.single_threaded_blas for c in calls[start:stop])
     seg.expected, seg.samples, seg.state = expected, samples, state
     return seg
 
@@ -461,10 +484,13 @@ def check_types(seg: Segment) -> bool:
     return all(SPEC_TYPES.get(spec, want) == want for spec, want in seg.expected.items())
 
 
-def call_segment(fn, addresses, *inputs):
-    """A segment with a call split over the pool's threads: the pool's workers readied (woken, started, moved
-    off the caller's core) as for a job of its own, and held for the segment; where another thread's job holds
-    them, the segment runs on this thread alone."""
+def call_segment(fn, addresses, blas, *inputs):
+    """A segment with a call split over the pool's threads, or calling BLAS (`blas`: held to one thread): the
+    pool's workers readied (woken, started, moved off the caller's core) as for a job of its own, and held for
+    the segment; where another thread's job holds them, the segment runs on this thread alone."""
+    if blas:
+        with single_threaded_blas:
+            return call_segment(fn, addresses, False, *inputs)
     threads = worker_pool.thread_count()
     pool = worker_pool._the_pool()
     if threads <= 1 or not pool.hold(threads):
