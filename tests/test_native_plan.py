@@ -240,12 +240,15 @@ def _check_runs(ref, jit, feeds_list):
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, err_msg=f"run {k}")
 
 
-def test_a_loop_reading_its_iteration_number_iterates_natively(caplog):
+@pytest.mark.parametrize("mode", ["inline", "background"])
+def test_a_loop_reading_its_iteration_number_iterates_natively(caplog, mode):
     ref, jit = _sessions(_loop_model(_rnn_body([helper.make_node("Identity", ["cond_in"], ["cond_out"])],
-                                               "cond_out"), trips=6))
+                                               "cond_out"), trips=6), mode=mode)
     rng = np.random.default_rng(6)
     with caplog.at_level(logging.WARNING, logger="onnxjit"):
-        _check_runs(ref, jit, [{"h0": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(4)])
+        _check_runs(ref, jit, [{"h0": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(3)])
+        jit.wait_for_compilation()  # the body's segment (background); the driver is made in the next run
+        _check_runs(ref, jit, [{"h0": rng.standard_normal((1, 8)).astype(np.float32)} for _ in range(2)])
     assert not caplog.records, [r.getMessage() for r in caplog.records]
     assert len(_drivers(jit)) == 1
 

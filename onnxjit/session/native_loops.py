@@ -29,8 +29,8 @@ def whole_body_segment(body) -> Segment | bool | None:
     if len(plans) != 1:
         return False if plans else None
     plan = plans[0]
-    if plan.native is None:
-        return None
+    if plan.native is None or (plan.building is not None and plan.building.is_alive()):
+        return None  # not built yet, or compiling in the background
     if len(plan.segments) != 1:
         return False
     seg = plan.segments[0]

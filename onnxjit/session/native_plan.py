@@ -1,25 +1,33 @@
-"""Native segments: consecutive small steps of a plan run as one compiled function.
+"""Native segments: consecutive steps of a plan run as one compiled function.
 
-A batch-1 step costs 1.5-2 us of Python around its kernel (the arguments' views, the output's allocation, the
-call into Numba with a dozen arguments), where onnxruntime spends 0.3-0.5 us a node: a chain of eight small
-Gemms took 17 us against onnxruntime's 7. So once a plan (one feed signature) has run, the steps whose kernels
-say how they call them (`fn.native(*args) -> NativeCall`) and that run on the calling thread alone are joined,
-where two or more follow each other, into one generated Numba function per run of them: it allocates the
-buffers, makes the views and calls the same compiled kernels with the same arguments, natively. The plan's
-runner then calls that function where it called those steps (executor.CompiledGraph).
+A step costs 1.5-3 us of Python around its kernel (the arguments' views, the output's allocation, the call into
+Numba or the pool with a dozen arguments), where onnxruntime spends well under a microsecond a node: a chain of
+eight small Gemms took 17 us against onnxruntime's 7, and a batch-1 MobileNet's 74 steps 1.4x onnxruntime's
+time. So once a plan (one feed signature) has run twice, the steps whose kernels say how they call them
+(`fn.native(*args) -> NativeCall`, or a NativeView for a Reshape) and do less than NATIVE_GRAIN work are joined,
+where MIN_CALLS or more follow each other, into one generated Numba function per run of them: it allocates the
+buffers and calls the same compiled kernels with the same arguments, on this thread or split over the pool's
+threads as their steps would be. The plan's runner then calls it where it called those steps
+(executor.CompiledGraph); Loop and Scan bodies iterate theirs natively (native_loops).
 
-- Shapes are fixed in the segment's source: the runner checks the shapes of the values the segment reads before
-  it calls it, and runs the steps one by one where they differ (a data-dependent shape upstream), or where the
-  arguments' types are not those the segment was compiled for (a non-contiguous feed): the segment's dispatcher
-  compiles nothing after its first call and raises TypeError.
-- Constant arrays (weights, their transposed or packed forms, a Gemm's compact C) reach the segment as
-  addresses in one int64 array (`_at` views them): passing each as an argument costs ~0.15 us of unboxing, and
-  baking their contents into the code would bloat compilation and the cache. The segment holds the arrays.
-- A segment is kept only if a run through it gives outputs bit-equal to the step-by-step run it was built from
-  (the same kernels on the same arguments: anything else is a mistake, and the steps run as before).
-- The source goes through the artifact cache (KernelStore): a second process loads it. It names the kernels it
-  calls by module (a fused kernel's module name carries its source's hash) and carries a digest of the library
-  modules it calls into, which numba's cache does not track.
+- Each kernel call is one `_kernel_call` intrinsic whose arguments are described by a string literal (views of
+  the run's arrays with static shapes, constants at addresses, numbers): Numba types and lowers it directly, and
+  it calls the kernel (or worker_pool._launch's overload) through its entry point for exactly the argument types
+  the step passed, so a segment links no kernel's code and compiles in a fraction of a second. Before first use
+  the types the specs produce are checked against those the entry points were compiled for.
+- Constant arrays (weights, their packed forms, a Gemm's compact C) reach the segment as addresses in one int64
+  array: passing each as an argument costs ~0.15 us of unboxing; the segment holds the arrays. A step input a
+  kernel holds as a constant (a packed B) is `pinned`: the runner checks the run's value is that object.
+- Shapes are fixed in the source: the runner checks the shapes of the values the segment reads before it calls
+  it, and runs the steps one by one where they differ (a data-dependent shape upstream), where the arguments'
+  types are not those the segment was compiled for (a non-contiguous feed: its dispatcher compiles nothing more
+  and raises TypeError), or where a kernel raised in it (the steps then raise as they would).
+- Segments compile in a background thread after the plan's second run, which builds them (runs go on step by
+  step meanwhile; session.onnxjit.native_segments = "inline" compiles them in that run, "off" never). One is kept
+  only if a run through it gives outputs bit-equal to the step-by-step run it was built from.
+- The source goes through the artifact cache (KernelStore); a second process loads it and looks the entry points
+  up again. It carries a digest of the modules it calls into (this one and worker_pool), which Numba's cache
+  does not track.
 """
 from __future__ import annotations
 
@@ -44,8 +52,8 @@ log = logging.getLogger("onnxjit")
 
 MODES = ("background", "inline", "off")  # session.onnxjit.native_segments (config.SESSION_NATIVE_SEGMENTS)
 MIN_CALLS = 2  # kernel calls a segment must join to be worth a compiled function
-# a step runs natively only below this work (element operations): above it the 1-2 us saved is lost in the
-# kernel's time, and a segment is one more function to compile (a transformer's LayerNorms: 50k a step)
+# a step runs natively only below this work (element operations): above it the 2 us saved is lost in the
+# kernel's time (resnet50's convs do 100M and more), and its segment would be one more function to compile
 NATIVE_GRAIN = 1 << 24
 
 
@@ -64,10 +72,11 @@ class Out:
 
 @dataclass
 class NativeCall:
-    """How a step runs natively: `kernel(*args, 0, units)` on the calling thread, its args In / Out / constants
-    (read-only C-contiguous arrays, numbers, tuples of numbers), its buffers (shape, dtype) allocated before the
-    call, and its outputs as (buffer, shape) in the step's output order. `pinned`: the step's inputs the call
-    holds for the objects the run gave them (a constant B packed once): the segment runs only while they are."""
+    """How a step runs natively: `kernel(*args, u0, u1)` over the units [0, units), on the calling thread or
+    split over the pool's where `parallel`, as the step runs it; its args In / Out / constants (C-contiguous
+    arrays, numbers, tuples of numbers), its buffers (shape, dtype) allocated before the call, and its outputs as
+    (buffer, shape) in the step's output order. `pinned`: the step's inputs the call holds for the objects the
+    run gave them (a constant B packed once): the segment runs only while they are."""
     kernel: Callable
     args: list
     units: int
