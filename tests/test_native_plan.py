@@ -307,3 +307,43 @@ def test_a_small_conv_net_runs_as_segments_split_over_threads():
     assert any(seg.parallel for seg in plan.segments), [seg.source for seg in plan.segments]
     step_by_step = jit._compiled.run(feeds[0], profile=[])
     np.testing.assert_array_equal(jit.run(None, feeds[0])[0], step_by_step[0])
+
+
+def test_runs_from_several_threads_share_segments_and_the_pool():
+    """run() is thread-safe with segments too: threads running one session while its segments compile in the
+    background and after, each getting onnxruntime's outputs for its own inputs (a segment splits a conv over the
+    pool's threads where it holds them, and runs on its caller's thread alone where another run does)."""
+    import threading
+    rng = np.random.default_rng(11)
+    w = numpy_helper.from_array((rng.standard_normal((16, 8, 3, 3)) / 8).astype(np.float32), "W")
+    w2 = numpy_helper.from_array((rng.standard_normal((16, 16, 1, 1)) / 4).astype(np.float32), "W2")
+    nodes = [helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Conv", ["r", "W2"], ["y"])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [1, 8, 24, 24])],
+                   [helper.make_tensor_value_info("y", F, [1, 16, 24, 24])], [w, w2])
+    ref, jit = _sessions(model, mode="background")
+    xs = [rng.standard_normal((1, 8, 24, 24)).astype(np.float32) for _ in range(4)]
+    want = [ref.run(None, {"x": x})[0] for x in xs]
+    errors = []
+
+    def work(k):
+        try:
+            for _ in range(15):
+                np.testing.assert_allclose(jit.run(None, {"x": xs[k]})[0], want[k], rtol=1e-4, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported by the main thread
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    jit.wait_for_compilation()
+    assert not errors, errors[0]
+    (plan,) = _plans(jit)
+    assert plan.segments and plan.segments[0].parallel
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[0]
