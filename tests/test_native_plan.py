@@ -155,29 +155,11 @@ def test_a_scan_body_of_small_products_runs_as_a_segment_iterated_natively():
                  "xs": rng.standard_normal((5, 1, 8)).astype(np.float32)}
         for got, want in zip(jit.run(None, feeds), ref.run(None, feeds)):
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=f"run {run}")
-    (body,) = _graphs_in(jit._compiled.steps[0].fn)
+    from onnxjit.session.executor import CompiledGraph
+    (body,) = _found_in(jit._compiled.steps[0].fn, CompiledGraph)
     (plan,) = _plans_of(body)
     assert len(plan.segments) == 1 and plan.segments[0].source.count("failed += ") == 2
     assert len(_drivers(jit)) == 1  # and the Scan iterates it natively
-
-
-def _graphs_in(fn, seen=None):
-    """The CompiledGraphs a step's function holds (a control-flow step's bodies), found through its closures."""
-    from onnxjit.session.executor import CompiledGraph
-    seen = set() if seen is None else seen
-    found = []
-    for cell in getattr(fn, "__closure__", None) or ():
-        v = cell.cell_contents
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if isinstance(v, CompiledGraph):
-            found.append(v)
-        elif isinstance(v, dict):
-            found += [g for g in v.values() if isinstance(g, CompiledGraph)]
-        elif callable(v):
-            found += _graphs_in(v, seen)
-    return found
 
 
 def _plans_of(compiled):
@@ -185,7 +167,8 @@ def _plans_of(compiled):
 
 
 def _found_in(fn, cls, seen=None):
-    """The objects of `cls` a step's function holds through its closures (a Loop's NativeIterations)."""
+    """The objects of `cls` a step's function holds through its closures (a Loop's NativeIterations, a control-flow
+    step's bodies)."""
     seen = set() if seen is None else seen
     found = []
     for cell in getattr(fn, "__closure__", None) or ():
@@ -195,6 +178,8 @@ def _found_in(fn, cls, seen=None):
         seen.add(id(v))
         if isinstance(v, cls):
             found.append(v)
+        elif isinstance(v, dict):  # (a control-flow step's bodies by attribute)
+            found += [x for x in v.values() if isinstance(x, cls)]
         elif callable(v):
             found += _found_in(v, cls, seen)
     return found
