@@ -56,8 +56,9 @@ def _grow(var: str, at: str, shape: tuple, dtype) -> list[str]:
 
 
 def scan_source(seg: Segment, body, n_state: int, outer: list[str]) -> str | None:
-    """A driver kernel(addresses, *states, *scan_inputs, *outer_values) -> (*states, *scan_outputs) of a Scan
-    (opset 9+, axes and directions 0) whose body runs as `seg`."""
+    """A driver kernel(addresses, state, threads, yield_every, *states, *scan_inputs, *outer_values) ->
+    (failed, *states, *scan_outputs) of a Scan (opset 9+, axes and directions 0) whose body runs as `seg` (the
+    first four arguments and `failed` as the segment's)."""
     head = _header(seg)
     names = body.input_names
     exprs = {n: f"s{k}" for k, n in enumerate(names[:n_state])}
@@ -85,8 +86,9 @@ def scan_source(seg: Segment, body, n_state: int, outer: list[str]) -> str | Non
 
 
 def loop_source(seg: Segment, body, n_carried: int, outer: list[str]) -> str | None:
-    """A driver kernel(addresses, trips, go, cond_in, *carried, *outer_values) -> (*carried, *scan_outputs) of a
-    Loop with a trip count whose body runs as `seg` (`cond_in` the body's condition input, read-only true)."""
+    """A driver kernel(addresses, state, threads, yield_every, trips, go, cond_in, *carried, *outer_values) ->
+    (failed, *carried, *scan_outputs) of a Loop with a trip count whose body runs as `seg` (`cond_in` the body's
+    condition input, a read-only true; the first four arguments and `failed` as the segment's)."""
     head = _header(seg)
     names = body.input_names
     exprs = {names[0]: "it", names[1]: "cond_in"}
