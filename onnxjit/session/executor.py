@@ -381,8 +381,8 @@ class CompiledGraph:
                 plan.building.join(timeout)
 
     def _segments(self, calls: list, arg_values: list, fixed: list) -> list:
-        """The native segments of runs of native steps (calls[i] a NativeCall, or None for an alias), each with
-        its address table, generated (not compiled yet)."""
+        """The native segments of runs of native steps (calls[i] a NativeCall or NativeView, None for an alias),
+        with min_segment_calls kernel calls or more, each with its address table, generated (not compiled yet)."""
         segments, i, n = [], 0, len(self.steps)
         while i < n:
             if calls[i] is False:
@@ -391,7 +391,7 @@ class CompiledGraph:
             j = i
             while j < n and calls[j] is not False:
                 j += 1
-            if sum(1 for c in calls[i:j] if c is not None) >= self.min_segment_calls:
+            if sum(1 for c in calls[i:j] if isinstance(c, native_plan.NativeCall)) >= self.min_segment_calls:
                 live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
                 table: list = []
                 seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, table)
