@@ -529,6 +529,13 @@ def build_conv(node):
                                             m_blocks, mode == "pointwise", act.kind, consts, None), (0, 3, 16), shape,
                 shape5, units, work, True)
 
+    def views(site, x_shape, shape, shape5):
+        """(X's view, the output's and Z's view) the kernel takes: the images as they are for the Winograd
+        kernels, 5-D (shape5_of) for the others."""
+        if site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed:
+            return x_shape, shape
+        return shape5_of(x_shape, r), shape5
+
     def bind(key, dtype, made):
         """call(x, z, out) -> the output, for inputs of `key`'s shapes: prepare's kernel call with the arguments
         that stay the same made once (X's view shape, the empty Z, the template cut around the per-run slots).
@@ -546,16 +553,14 @@ def build_conv(node):
                 site.run(tuple(args), units, work)
                 return y.reshape(shape)
             return dots
-        winograd = site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed
-        x_view, z_view = (key[0], shape) if winograd else (shape5_of(key[0], r), shape5)
-        no_z = _no_residual(dtype, len(z_view))
+        x_view, out_view = views(site, key[0], shape, shape5)  # (Z is viewed as the output is)
+        no_z = _no_residual(dtype, len(out_view))
         head, mid1, mid2, tail = template[:s0], template[s0 + 1:s1], template[s1 + 1:s2], template[s2 + 1:]
-        y_view = shape if winograd else shape5
 
         def call(x, z, out):
             y = np.empty(shape, dtype=dtype) if out is None else out
-            args = head + (ro_reshaped(x, x_view),) + mid1 + (no_z if z is None else ro_reshaped(z, z_view),) + \
-                mid2 + (y.reshape(y_view),) + tail
+            args = head + (ro_reshaped(x, x_view),) + mid1 + (no_z if z is None else ro_reshaped(z, out_view),) + \
+                mid2 + (y.reshape(out_view),) + tail
             if uses_blas:
                 with single_threaded_blas_for(work):
                     site.run(args, units, work)
@@ -593,8 +598,7 @@ def build_conv(node):
             args[s0], args[s2] = In(0, (x.shape[0], x.size // max(x.shape[0], 1))), Out(0)
             buffer = (shape[0], math.prod(shape) // max(shape[0], 1))
         else:
-            winograd = site.kernel is kconv.conv_winograd or site.kernel is kconv.conv_winograd_packed
-            x_view, buffer = (x.shape, shape) if winograd else (shape5_of(x.shape, r), shape5)
+            x_view, buffer = views(site, x.shape, shape, shape5)
             args[s0], args[s2] = In(0, x_view), Out(0)
             args[s1] = _no_residual(x.dtype, len(buffer)) if z is None else In(3, buffer)
         return NativeCall(site.kernel, args, units, [(buffer, x.dtype)], [(0, shape)],

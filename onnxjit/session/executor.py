@@ -155,7 +155,13 @@ class CompiledGraph:
         if outer:
             env.update(outer)
         env.update(feeds)
-        bound = plan.bound
+        return self._run_steps(env, plan.bound, profile=profile, should_stop=should_stop)
+
+    def _run_steps(self, env: dict[str, Any], bound: list, *, profile: list | None = None,
+                   should_stop: Callable[[], bool] | None = None,
+                   observe: Callable[[int, Callable, list, Any], None] | None = None) -> list[Any]:
+        """Run the steps one by one over `env` (filled as they run) with the plan's `bound` kernels; the graph's
+        outputs. `observe(i, fn, args, outs)` sees each step's kernel, arguments and outputs (_build_segments)."""
         for i, step in enumerate(self.steps):
             args = [(env[n] if n else None) if c is _FROM_ENV else c for n, c in self._args[i]]
             fn = step.fn
@@ -170,6 +176,8 @@ class CompiledGraph:
                 raise self._step_failure(i, args, e) from e
             if profile is not None:
                 profile.append((step, t0, time.perf_counter()))
+            if observe is not None:
+                observe(i, fn, args, outs)
             for n, v in zip(step.outputs, outs):
                 if n:
                     env[n] = v
@@ -294,41 +302,25 @@ class CompiledGraph:
         with the segments (None where there is none, or where it does not reproduce this run bit for bit)."""
         values = dict(env)
         values.update(zip(self.input_names, inputs))
-        calls: list = []
+        calls: list = []  # per step: its NativeCall or NativeView, None for an alias, False for neither
         arg_values: list = []
-        fixed: list = []
-        for i, step in enumerate(self.steps):
-            args = [(values[n] if n else None) if c is _FROM_ENV else c for n, c in self._args[i]]
-            fn = self._bound_kernel(plan.bound, i, args) if step.bind is not None else step.fn
+        fixed = [[c is not _FROM_ENV for _, c in step_args] for step_args in self._args]
+
+        def note(i, fn, args, outs):
+            step = self.steps[i]
             alias = getattr(step.fn, "passes_through", False) and bool(step.outputs[0]) and args[0] is not None \
-                and self._args[i][0][1] is _FROM_ENV
-            call = None
-            native = getattr(fn, "native", None)
+                and not fixed[i][0]
+            call, native = None, getattr(fn, "native", None)
             if native is not None:
                 try:
                     call = native(*args)
                 except Exception:  # noqa: BLE001 - a kernel that cannot say runs as it does
                     call = None
-            try:
-                outs = fn(*args)
-            except OnnxJitError:
-                raise
-            except Exception as e:  # noqa: BLE001 - as in run
-                raise self._step_failure(i, args, e) from e
             if call is not None and not call.matches(outs):
                 call = None
             calls.append(None if alias else call if call is not None else False)
             arg_values.append(args if alias or call is not None else None)
-            fixed.append([c is not _FROM_ENV for _, c in self._args[i]])
-            for n, v in zip(step.outputs, outs):
-                if n:
-                    values[n] = v
-            for n in self.frees[i]:
-                values.pop(n, None)
-        outs = [values[n] if n in values else self.constants[n] for n in self.output_names]
-        if self._constant_outputs:
-            outs = [o.copy() if n in self.constants and o is self.constants[n] else o
-                    for n, o in zip(self.output_names, outs)]
+        outs = self._run_steps(values, plan.bound, observe=note)
         try:
             made = self._segments(calls, arg_values, fixed)
         except Exception as e:  # noqa: BLE001 - the steps run one by one, as they did
