@@ -332,3 +332,90 @@ def test_runs_from_several_threads_share_segments_and_the_pool():
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.int64])
+def test_a_concat_joins_a_segment_as_copies_into_its_output(dtype):
+    """A Concat of computed values along a middle axis (three rows before it, so each input is three runs of the
+    output) and of a feed, with a Concat of one input between: its copies (movement.copy_columns, which its step
+    does not call) run in the segment with the steps around it, results equal onnxruntime's."""
+    elem = F if dtype == np.float32 else TensorProto.INT64
+    rng = np.random.default_rng(12)
+    nodes = [helper.make_node("Add", ["x", "x"], ["a"]), helper.make_node("Mul", ["x", "x"], ["m"]),
+             helper.make_node("Concat", ["a", "z", "m"], ["c"], axis=1),
+             helper.make_node("Concat", ["c"], ["c1"], axis=0), helper.make_node("Sub", ["c1", "x0"], ["y"])]
+    inits = [numpy_helper.from_array(np.arange(3 * 9 * 2).reshape(3, 9, 2).astype(dtype), "x0")]
+    model = _model(nodes, [helper.make_tensor_value_info("x", elem, [3, 4, 2]),
+                           helper.make_tensor_value_info("z", elem, [3, 1, 2])],
+                   [helper.make_tensor_value_info("y", elem, [3, 9, 2])], inits)
+    ref, jit = _sessions(model)
+    feeds = [{"x": rng.integers(-9, 9, (3, 4, 2)).astype(dtype), "z": rng.integers(-9, 9, (3, 1, 2)).astype(dtype)}
+             for _ in range(4)]
+    for f in feeds:
+        np.testing.assert_array_equal(jit.run(None, f)[0], ref.run(None, f)[0])
+    (plan,) = _plans(jit)
+    (seg,) = plan.segments
+    assert (seg.start, seg.stop) == (0, len(jit._compiled.steps)) and seg.source.count("failed += ") >= 5
+
+
+def _ml_pipelines():
+    """skl2onnx exports at their default options but without ZipMap (labels int64): a ColumnTransformer
+    (OneHotEncoder over two string columns, StandardScaler over three numeric ones) + LogisticRegression, and
+    StandardScaler + LinearRegression."""
+    import warnings
+
+    from skl2onnx import to_onnx
+    from skl2onnx.common.data_types import FloatTensorType, StringTensorType
+    from sklearn.compose import ColumnTransformer
+    from sklearn.linear_model import LinearRegression, LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+    import pandas as pd
+    rng = np.random.default_rng(13)
+    n = 200
+    frame = pd.DataFrame({"color": rng.choice(["red", "green", "blue"], n), "size": rng.choice(["S", "M", "L"], n),
+                          **{f"v{j}": rng.standard_normal(n) for j in range(3)}})
+    y = (frame["v0"] + (frame["color"] == "red") > 0.5).astype(int)
+    columns = make_pipeline(ColumnTransformer([("cat", OneHotEncoder(handle_unknown="ignore"), [0, 1]),
+                                               ("num", StandardScaler(), [2, 3, 4])]),
+                            LogisticRegression())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        columns.fit(frame.values, y)
+        columns_onnx = to_onnx(columns, initial_types=[("cat", StringTensorType([None, 2])),
+                                                       ("num", FloatTensorType([None, 3]))],
+                               options={id(columns): {"zipmap": False}}, target_opset={"": 17, "ai.onnx.ml": 3})
+    # skl2onnx wires the two inputs to the ColumnTransformer's column lists itself
+    x = rng.standard_normal((n, 4)).astype(np.float32)
+    regression = make_pipeline(StandardScaler(), LinearRegression()).fit(x, x @ np.arange(4.0))
+    regression_onnx = to_onnx(regression, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+
+    def column_feeds(rows):
+        return {"cat": np.array([[rng.choice(["red", "green", "blue", "pink"]), rng.choice(["S", "M", "L"])]
+                                 for _ in range(rows)], dtype=object),
+                "num": rng.standard_normal((rows, 3)).astype(np.float32)}
+    return [(columns_onnx, column_feeds), (regression_onnx, lambda rows: {
+        "X": rng.standard_normal((rows, 4)).astype(np.float32)})]
+
+
+@pytest.mark.parametrize("rows", [1, 3])
+def test_classical_ml_pipelines_run_their_numeric_steps_natively(rows, caplog):
+    """At batch 1 and 3: the ColumnTransformer's columns encoded in one step (strings, in Python), then its
+    Scaler, Reshape, Concat and the classifier (labels written by the kernel) in one segment; StandardScaler +
+    LinearRegression (one chained step: a model of few steps takes a segment of one call). Labels equal
+    onnxruntime's, scores within float32 rounding."""
+    for model, feeds_of in _ml_pipelines():
+        ref, jit = _sessions(model.SerializeToString())
+        with caplog.at_level(logging.WARNING, logger="onnxjit"):
+            for run in range(4):
+                feeds = feeds_of(rows)
+                for got, want in zip(jit.run(None, feeds), ref.run(None, feeds)):
+                    if got.dtype == np.int64:
+                        np.testing.assert_array_equal(got, want, err_msg=f"run {run}")
+                    else:
+                        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, err_msg=f"run {run}")
+        assert not caplog.records, [r.getMessage() for r in caplog.records]
+        (plan,) = _plans(jit)
+        python_steps = len(jit._compiled.steps) - sum(seg.stop - seg.start for seg in plan.segments)
+        assert len(plan.segments) == 1 and python_steps == (1 if len(model.graph.input) == 2 else 0), \
+            [[n.op_type for n in s.nodes] for s in jit._compiled.steps]

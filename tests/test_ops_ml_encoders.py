@@ -150,8 +150,9 @@ def _column_one_hots(x_elem, cats, index_shape=(1,), gathered_out=False):
 @pytest.mark.parametrize("index_shape", [(1,), ()])
 @pytest.mark.parametrize("rows", [1, 40])
 def test_gather_of_a_column_then_one_hot_encoder_is_one_step(kind, index_shape, rows, rng):
-    """Each column's Gather and OneHotEncoder run as one step (the encoder moves up to its Gather, past the other
-    columns' Gathers): outputs as onnxruntime's, and as with the Gather apart."""
+    """Each column's Gather and OneHotEncoder run as one chain (the encoder moves up to its Gather, past the other
+    columns' Gathers), and the chains with the Concat reading them as one step writing every column's ones into
+    the concatenated output: outputs as onnxruntime's, and as with the first Gather apart (a step per column)."""
     if kind == "strings":
         cats = [["red", "green", "blue"], ["S", "M"], [f"town{i}" for i in range(12)]]
         x = np.array([[rng.choice(c + ["other"]) for c in cats] for _ in range(rows)], dtype=object)
@@ -162,11 +163,26 @@ def test_gather_of_a_column_then_one_hot_encoder_is_one_step(kind, index_shape, 
         elem = T.INT64
     model = _column_one_hots(elem, cats, index_shape)
     steps = native_session(model)._compiled.steps
-    assert [[n.op_type for n in s.nodes] for s in steps] == [["Gather", "OneHotEncoder"]] * 3 + [["Concat"]]
+    assert [[n.op_type for n in s.nodes] for s in steps] == [["Gather", "OneHotEncoder"] * 3 + ["Concat"]]
     got = check(model, x)
     apart = native_session(_column_one_hots(elem, cats, index_shape, gathered_out=True))
     assert [n.op_type for n in apart._compiled.steps[0].nodes] == ["Gather"]
+    assert [n.op_type for n in apart._compiled.steps[-1].nodes] == ["Concat"]
     np.testing.assert_array_equal(got[0], apart.run(None, {"X": x})[0])
+
+
+@pytest.mark.parametrize("rows", [1, 40])
+def test_concatenated_one_hots_refuse_an_unknown_category_without_zeros(rows):
+    """A column encoder with zeros = 0 in the one step of the columns raises naming its node and the value."""
+    cats = [["red", "green"], ["S", "M"]]
+    model = _column_one_hots(T.STRING, cats)
+    model.graph.node[3].attribute[-1].i = 0  # hot1: zeros = 0
+    x = np.array([["red", "M"]] * rows, dtype=object)
+    x[rows - 1, 1] = "XL"
+    sess = native_session(model)
+    assert len(sess._compiled.steps) == 1
+    with pytest.raises(onnxjit.InvalidArgument, match=r"hot1.*'XL'.*zeros = 0"):
+        sess.run(None, {"X": x})
 
 
 # --- LabelEncoder ----------------------------------------------------------------------------------------------

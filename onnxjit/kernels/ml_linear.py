@@ -5,7 +5,8 @@ SVMClassifier, SVMRegressor, in float32 as onnxruntime computes them.
 post transform per row while the block is in cache); `svm_rows` the support-vector ones (the kernel values of a
 block of rows against every support vector, then the pairwise decisions, votes and probabilities, or the
 regression sum). Both work over the row blocks [b0, b1) that `run_units` hands out, and write preallocated
-outputs. Labels come out as class indices; the op layer maps them to the class labels.
+outputs. Labels come out as `classes[i]` for the class index i: the int64 class labels themselves, or the
+indices (classes = 0, 1, ...) which the op layer maps to string labels.
 
 Rounding follows onnxruntime 1.32's CPU kernels (onnxruntime/core/providers/cpu/ml/ml_common.h, svmclassifier.cc):
 the RBF kernel sums squared differences over the features in their order in float32, the pairwise SVM decisions
@@ -107,7 +108,8 @@ def gemm_nt(a, b, c):
 
 
 @njit(**_JIT)
-def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, out, norm, normed, rows, b0, b1):
+def linear_rows(x, offset, scale, coef, bias, mode, post, rule, classes, labels, raw, out, norm, normed, rows, b0,
+                b1):
     """raw = x @ coef.T + bias over the row blocks [b0, b1) of `rows` rows (one BLAS GEMM per block), then per row:
 
     LINEAR_CLASSIFIER: one target: label 1 where the score is > 0, else 0; scores [1 - s, s] when `rule` (two
@@ -147,7 +149,7 @@ def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, 
             for i in range(m):
                 v = y[i, 0]
                 r = r0 + i
-                label_idx[r] = 1 if v > _0 else 0
+                labels[r] = classes[1 if v > _0 else 0]
                 if post == PROBIT:
                     flat[r] = probit(v)
                 elif rule:
@@ -173,7 +175,7 @@ def linear_rows(x, offset, scale, coef, bias, mode, post, rule, label_idx, raw, 
                         best = 1
                     elif rule == MIXED_WEIGHTS and top > _0:
                         best = 1
-                label_idx[r0 + i] = best
+                labels[r0 + i] = classes[best]
         if t >= 2:
             if post != NONE:
                 for i in range(m):
@@ -306,7 +308,7 @@ def multiclass_probability(r, p, q, qp):
 
 @njit(**_JIT)
 def svm_rows(x, svt, ktype, gamma, coef0, degree, kstride, coef, starts, counts, rho, prob_a, prob_b, post,
-             classify, one_class, sum_kstride, label_idx, out, rows, b0, b1):
+             classify, one_class, sum_kstride, classes, labels, out, rows, b0, b1):
     """SVMs with support vectors over the row blocks [b0, b1) of `rows` rows: per row the kernel values against
     every support vector (svm_kernel_row; `kstride` is MLAS's slice of the features), then
 
@@ -365,7 +367,7 @@ def svm_rows(x, svt, ktype, gamma, coef0, degree, kstride, coef, starts, counts,
             for c in range(1, nc):
                 if votes[c] > votes[best]:
                     best = c
-            label_idx[row] = best
+            labels[row] = classes[best]
             s = out[row]
             if have_proba:
                 idx = 0

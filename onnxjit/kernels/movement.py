@@ -15,6 +15,16 @@ def range_accumulate(out, start, delta):
         v += delta
 
 
+@njit(cache=True, nogil=True)
+def copy_columns(src, out, start, u0, u1):
+    """out[r, start:start + src.shape[1]] = src[r] for the rows [u0, u1): one input of a Concat copied into its
+    output, both viewed as (the dims before the axis, the rest), C-contiguous (a native segment's Concat)."""
+    w = src.shape[1]
+    for r in range(u0, u1):
+        for c in range(w):
+            out[r, start + c] = src[r, c]
+
+
 # --- Transpose ---------------------------------------------------------------------------------------------------
 TILE = 32  # a transposed tile: 32 x 32 elements of both sides stay in L1
 

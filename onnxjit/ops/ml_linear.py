@@ -5,8 +5,10 @@ Inputs of float, double, int64 or int32 are converted to float32 first, as onnxr
 into blocks spread over onnxjit's threads (`run_units`) when the work is large enough: each block is one BLAS
 GEMM (single-threaded, see kernels.linalg.single_threaded_blas) followed by the label rule and post transform of
 its rows, or for SVMs with support vectors the kernel values of the block, then its decisions. Labels come out
-of the kernels as class indices and are taken from the class labels here (int64, or strings as an object array,
-as onnxruntime returns them).
+of the kernels as the int64 class labels themselves, or as class indices taken from string labels here (an
+object array, as onnxruntime returns them). At batch sizes that run in one block, the float32 linear models' steps
+say how they call their kernel (`run.native`), so a plan's native segment can call it without their Python
+(onnxjit.session.native_plan).
 
 Semantics are onnxruntime 1.32's (linearclassifier.cc, linearregressor.cc, svmclassifier.cc, svmregressor.cc,
 ml_common.h; where the sources on record and 1.32 differ, 1.32 as measured), down to its special cases: a
@@ -44,6 +46,7 @@ from onnxjit.ops.ml_common import DOMAIN, NUMERIC, Attrs, bad_input, checked_ten
 from onnxjit.ops.ml_preprocess import build_scaler, normalizer_code, scaler_attributes, scaler_columns
 from onnxjit.ops.nn import PARALLEL_GRAIN, ro
 from onnxjit.ops.registry import register_chain, register_op
+from onnxjit.session.native_plan import In, NativeCall, Out
 from onnxjit.worker_pool import CallSite
 
 _F32 = np.dtype(np.float32)
@@ -108,18 +111,27 @@ def _run_blocks(site, args, n_blocks, work):
 
 
 _NO_LABELS = np.zeros(0, np.int64)
+_NO_CLASSES = ro(np.zeros(0, np.int64))
+
+
+def _classes(labels: np.ndarray) -> np.ndarray:
+    """What the kernels write per class index: the int64 labels themselves, or for string labels the index
+    (mapped to the string here)."""
+    return ro(np.arange(labels.size, dtype=np.int64) if labels.dtype == object else labels.astype(np.int64))
 
 
 _NO_SCALING = (ro(np.zeros(0, np.float32)), ro(np.zeros(0, np.float32)))
 _NO_NORM = (-1, np.zeros((0, 0), np.float32))
 
 
-def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling=_NO_SCALING, norming=_NO_NORM):
+def _linear(site, x, coef, bias, mode, post, rule, classes, labels_out, raw, out, scaling=_NO_SCALING,
+            norming=_NO_NORM):
     """linear_rows over x's rows in blocks (site: the node's CallSite of it, x read-only float32 (N, F), raw and out
-    float32 (N, *), labels_out int64 (N,)); `scaling`: a Scaler's (offset, scale) per column applied to x first;
-    `norming`: a Normalizer's (norm, output like out) applied to out's rows last."""
+    float32 (N, *), labels_out int64 (N,) written with `classes` per class index); `scaling`: a Scaler's (offset,
+    scale) per column applied to x first; `norming`: a Normalizer's (norm, output like out) applied to out's rows
+    last."""
     n = x.shape[0]
-    args = (x, *scaling, coef, bias, mode, post, rule, labels_out, raw, out, *norming)
+    args = (x, *scaling, coef, bias, mode, post, rule, classes, labels_out, raw, out, *norming)
     work = n * coef.size
     if work < PARALLEL_GRAIN:  # one block on this thread, as _row_blocks would cut it, with less Python (batch 1)
         if n:
@@ -127,6 +139,30 @@ def _linear(site, x, coef, bias, mode, post, rule, labels_out, raw, out, scaling
         return
     rows, blocks = _row_blocks(n, n * coef.shape[0] * max(coef.shape[1], 1))
     _run_blocks(site, args + (rows,), blocks, work)
+
+
+def _native_linear(x, features, coef, bias, mode, post, rule, classes, labeled, cols, scaling=_NO_SCALING, norm=-1):
+    """The call _linear makes where the rows run in one block, as a native_plan.NativeCall of the step's input 0
+    (float32 (N, features), C-contiguous), else None: its buffers the labels (where `labeled`), the scores (N, cols),
+    the raw scores (N, T) where T differs from cols, and the normalized scores where `norm` >= 0; its outputs the
+    labels (where labeled) and the scores (normalized where norm >= 0)."""
+    if type(x) is not np.ndarray or x.dtype != _F32 or x.ndim != 2 or x.shape[1] != features \
+            or not x.flags.c_contiguous or not 0 < x.shape[0] * coef.size < PARALLEL_GRAIN:
+        return None
+    n = x.shape[0]
+    buffers: list = []
+
+    def buffer(shape, dtype):
+        buffers.append((shape, np.dtype(dtype)))
+        return Out(len(buffers) - 1)
+    labels = buffer((n,), np.int64) if labeled else _NO_LABELS
+    out = buffer((n, cols), _F32)
+    raw = out if cols == coef.shape[0] else buffer((n, coef.shape[0]), _F32)
+    normed = buffer((n, cols), _F32) if norm >= 0 else _NO_NORM[1]
+    scores = normed if norm >= 0 else out
+    return NativeCall(k.linear_rows, [In(0, (n, features)), *scaling, coef, bias, mode, post, rule, classes, labels,
+                                      raw, out, norm, normed, n], 1, buffers,
+                      ([(0, (n,))] if labeled else []) + [(scores.j, (n, cols))])
 
 
 # --- LinearClassifier / LinearRegressor ------------------------------------------------------------------------
@@ -164,19 +200,25 @@ def build_linear_classifier(node, scaling=None, normalizer=None):
     new_out = np.zeros if post == k.PROBIT else np.empty
     rule, scaling = int(two_labels), scaling or _NO_SCALING
     norm = -1 if normalizer is None else normalizer_code(normalizer)
+    classes, by_index = _classes(labels), labels.dtype == object
 
     def run(x):
         xf = _float_rows(node, x, features)
         n = xf.shape[0]
-        label_idx = np.empty(n, np.int64)
+        written = np.empty(n, np.int64)
         out = new_out((n, cols), np.float32)
         raw = out if cols == targets else np.empty((n, targets), np.float32)
-        if norm < 0:
-            _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling)
-            return labels[label_idx], out
-        normed = np.empty((n, cols), np.float32)
-        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, label_idx, raw, out, scaling, (norm, normed))
-        return labels[label_idx], normed
+        normed = np.empty((n, cols), np.float32) if norm >= 0 else _NO_NORM[1]
+        _linear(site, xf, coef, bias, k.LINEAR_CLASSIFIER, post, rule, classes, written, raw, out, scaling,
+                (norm, normed))
+        return (labels[written] if by_index else written), (normed if norm >= 0 else out)
+
+    def native(x):
+        if by_index or post == k.PROBIT:  # string labels map here; PROBIT's unwritten scores are zeros
+            return None
+        return _native_linear(x, features, coef, bias, k.LINEAR_CLASSIFIER, post, rule, classes, True, cols,
+                              scaling, norm)
+    run.native = native
     return run
 
 
@@ -197,11 +239,15 @@ def build_linear_regressor(node, scaling=None):
 
     site = CallSite(k.linear_rows)
 
+    scaling = scaling or _NO_SCALING
+
     def run(x):
         xf = _float_rows(node, x, features)
         out = np.empty((xf.shape[0], targets), np.float32)
-        _linear(site, xf, coef, bias, k.REGRESSOR, post, 0, _NO_LABELS, out, out, scaling or _NO_SCALING)
+        _linear(site, xf, coef, bias, k.REGRESSOR, post, 0, _NO_CLASSES, _NO_LABELS, out, out, scaling)
         return (out,)
+    run.native = lambda x: _native_linear(x, features, coef, bias, k.REGRESSOR, post, 0, _NO_CLASSES, False,
+                                          targets, scaling)
     return run
 
 
@@ -238,6 +284,7 @@ def build_scaled_linear(scaler, linear, normalizer=None):
         if type(x) is np.ndarray and x.dtype == _F32 and x.ndim == 2 and x.shape[1] == features:
             return fused(x)
         return linear_alone(scale_alone(x)[0])
+    run.native = fused.native
     return run
 
 
@@ -297,7 +344,8 @@ def mlas_stride_k(n: int, kk: int) -> int:
 
 
 def _svm_run(site, x, svm_args, n_out, rows=SVM_BLOCK_ROWS):
-    """svm_rows over the rows of x (site: the node's CallSite of it); returns (label indices, scores)."""
+    """svm_rows over the rows of x (site: the node's CallSite of it; svm_args up to and with the classes written
+    per class index); returns (labels as written, scores)."""
     n = x.shape[0]
     label_idx = np.empty(n, np.int64)
     out = np.empty((n, n_out), np.float32)
@@ -334,12 +382,16 @@ def build_svm_classifier(node):
 
         site = CallSite(k.linear_rows)
 
+        svm_classes, by_index = _classes(labels), labels.dtype == object
+
         def run_linear(x):
             xf = _float_rows(node, x, features)
-            label_idx = np.empty(xf.shape[0], np.int64)
+            written = np.empty(xf.shape[0], np.int64)
             out = np.empty((xf.shape[0], classes), np.float32)
-            _linear(site, xf, coef, bias, k.SVM_LINEAR, post, rule, label_idx, out, out)
-            return labels[label_idx], out
+            _linear(site, xf, coef, bias, k.SVM_LINEAR, post, rule, svm_classes, written, out, out)
+            return (labels[written] if by_index else written), out
+        run_linear.native = lambda x: None if by_index else _native_linear(
+            x, features, coef, bias, k.SVM_LINEAR, post, rule, svm_classes, True, classes)
         return run_linear
 
     if per_class.size != classes:
@@ -357,14 +409,15 @@ def build_svm_classifier(node):
     coef = ro(s.coef[:(classes - 1) * s.vectors].reshape(classes - 1, s.vectors))
     starts = ro(np.concatenate([[0], np.cumsum(per_class)[:-1]]).astype(np.int64))
     n_out = classes if have_proba else (pairs if classes > 2 else 2)
+    by_index = labels.dtype == object
     args = (*s.kernel_args(), coef, starts, ro(per_class.astype(np.int64)), ro(s.rho), ro(prob_a), ro(prob_b),
-            post, True, False, 0)
+            post, True, False, 0, _classes(labels))
 
     site = CallSite(k.svm_rows)
 
     def run(x):
-        label_idx, out = _svm_run(site, _float_rows(node, x, s.features), args, n_out)
-        return labels[label_idx], out
+        written, out = _svm_run(site, _float_rows(node, x, s.features), args, n_out)
+        return (labels[written] if by_index else written), out
     return run
 
 
@@ -384,8 +437,10 @@ def build_svm_regressor(node):
         def run_linear(x):
             xf = _float_rows(node, x, features)
             out = np.empty((xf.shape[0], 1), np.float32)
-            _linear(site, xf, coef, bias, k.REGRESSOR, k.NONE, int(one_class), _NO_LABELS, out, out)
+            _linear(site, xf, coef, bias, k.REGRESSOR, k.NONE, int(one_class), _NO_CLASSES, _NO_LABELS, out, out)
             return (out,)
+        run_linear.native = lambda x: _native_linear(x, features, coef, bias, k.REGRESSOR, k.NONE, int(one_class),
+                                                     _NO_CLASSES, False, 1)
         return run_linear
 
     if s.coef.size < s.vectors:
@@ -393,7 +448,7 @@ def build_svm_regressor(node):
     coef = ro(s.coef[:s.vectors].reshape(1, s.vectors))
     none = ro(np.zeros(0, np.float32))
     args = (*s.kernel_args(), coef, ro(np.zeros(0, np.int64)), ro(np.zeros(0, np.int64)), ro(s.rho), none, none,
-            k.NONE, False, one_class, mlas_stride_k(1, s.vectors))
+            k.NONE, False, one_class, mlas_stride_k(1, s.vectors), _NO_CLASSES)
 
     site = CallSite(k.svm_rows)
 

@@ -33,7 +33,8 @@ from onnxjit.ops.ml_common import (DOMAIN, NUMERIC, Attrs, bad_input, checked_te
                                    input_type)
 from onnxjit.ops.nn import ro
 from onnxjit.ops.registry import register_op
-from onnxjit.worker_pool import CallSite, CallSites
+from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
+from onnxjit.worker_pool import PARALLEL_GRAIN, CallSite, CallSites
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _STRING = np.dtype(object)
@@ -106,6 +107,16 @@ def build_scaler(node):
         out = np.empty(x2.shape, np.float32)
         site.run((x2, off, sc, out), x2.shape[0], out.size * 2)
         return (out if x.ndim == 2 else out.reshape(x.shape),)
+
+    def native(x):
+        if type(x) is not np.ndarray or (x.dtype != _F64 and x.dtype != _F32) or x.ndim == 0 \
+                or not x.flags.c_contiguous or not 0 < x.size * 2 < NATIVE_GRAIN:
+            return None
+        rows, width = _rows_2d(x).shape
+        off, sc, _ = constants(width, x.dtype)
+        return NativeCall(k.scale_rows, [In(0, (rows, width)), off, sc, Out(0)], rows, [((rows, width), _F32)],
+                          [(0, x.shape)], parallel=rows > 1 and x.size * 2 >= PARALLEL_GRAIN)
+    run.native = native
     return run
 
 

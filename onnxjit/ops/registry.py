@@ -87,6 +87,23 @@ def chain_builder_for(nodes: list[Node]) -> ChainBuilder | None:
     return CHAINS.get(tuple((n.domain, n.op_type) for n in nodes))
 
 
+# A Concat builder for chains takes a Concat node and the chains computing its inputs (each a chain of the
+# registered op types, as register_chain joins them, whose output the Concat alone reads) and returns a kernel
+# computing the Concat's output in one step, or None. The kernel takes the chains' inputs, chain after chain
+# (a OneHotEncoder per categorical column, written straight into the concatenated output).
+CONCATS_OF: dict[tuple[tuple[str, str], ...], Callable[..., "Kernel | None"]] = {}
+
+
+def register_concat_of(*op_types: str | tuple[str, str], domain: str = "") -> Callable:
+    """Register a Concat builder for chains of `op_types` (as register_chain names them)."""
+    key = tuple(op if isinstance(op, tuple) else (domain, op) for op in op_types)
+
+    def deco(build):
+        CONCATS_OF[key] = build
+        return build
+    return deco
+
+
 # --- helpers builders use ------------------------------------------------------------------------------------
 def attr(node: Node, name: str, default: Any = None) -> Any:
     a = node.attributes.get(name)

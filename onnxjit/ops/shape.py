@@ -1,6 +1,8 @@
 """Concat, Flatten and Reshape on the CPU provider. Pure data movement in numpy: Flatten and Reshape return
 views of a contiguous input. Every tensor dtype numpy holds is accepted, as in ops/movement.py: they do no
-arithmetic (strings are object arrays; bfloat16, float8 and int4 are ml_dtypes arrays)."""
+arithmetic (strings are object arrays; bfloat16, float8 and int4 are ml_dtypes arrays). In a native segment
+(onnxjit.session.native_plan) a Reshape or Flatten is a view and a Concat of numbers copies each input into its
+columns of the output (movement.copy_columns)."""
 from __future__ import annotations
 
 import math
@@ -9,8 +11,11 @@ import numpy as np
 from onnx import TensorProto
 
 from onnxjit.ops.nn import constant_input, rank_of, wanted_outputs
+from onnxjit.kernels.movement import copy_columns
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
-from onnxjit.session.native_plan import NativeView
+from onnxjit.session.native_plan import (NATIVE_GRAIN, In, NativeCall, NativeCalls, NativeView, Out,
+                                         native_dtype)
+from onnxjit.worker_pool import PARALLEL_GRAIN
 
 T = TensorProto
 
@@ -43,6 +48,31 @@ def build_concat(node):
         if not -nd <= axis < nd:
             raise ValueError(f"Concat: axis {axis} is out of range for inputs of rank {nd}")
         return (np.concatenate(xs, axis=axis),)
+
+    def native(*xs):
+        """The concatenation as copies of each input into its columns of the output viewed as (the dims before
+        the axis, the rest): movement.copy_columns, compiled for the segment (the step copies with numpy)."""
+        if not xs or any(type(x) is not np.ndarray or not x.flags.c_contiguous or x.dtype != xs[0].dtype
+                         or x.ndim != xs[0].ndim for x in xs) or not native_dtype(xs[0].dtype):
+            return None
+        a = axis + xs[0].ndim if axis < 0 else axis
+        if not 0 <= a < xs[0].ndim or any(x.shape[:a] + x.shape[a + 1:] != xs[0].shape[:a] + xs[0].shape[a + 1:]
+                                          for x in xs):
+            return None
+        shape = xs[0].shape[:a] + (sum(x.shape[a] for x in xs),) + xs[0].shape[a + 1:]
+        rows, size = math.prod(shape[:a]), math.prod(shape)
+        if not rows or not size or size >= NATIVE_GRAIN:
+            return None
+        calls, start = [], 0
+        for k, x in enumerate(xs):
+            width = x.size // rows
+            if width:
+                calls.append(NativeCall(copy_columns, [In(k, (rows, width)), Out(0), start], rows, [], [],
+                                        parallel=rows > 1 and size >= PARALLEL_GRAIN, compiles=True))
+            start += width
+        calls[0].buffers, calls[0].outputs = [((rows, size // rows), xs[0].dtype)], [(0, shape)]
+        return NativeCalls(calls)
+    run.native = native
     return run
 
 

@@ -24,7 +24,7 @@ from onnxjit.fuser.partition import Group, group_nodes
 from onnxjit.ir.graph import Node
 from onnxjit.ir.types import TensorType
 from onnxjit.ops.nn import ro_reshaped
-from onnxjit.ops.registry import CHAIN_ENDS, Kernel, builder_for, chain_builder_for
+from onnxjit.ops.registry import CHAIN_ENDS, CONCATS_OF, Kernel, builder_for, chain_builder_for
 from onnxjit.progress import progress_bar
 from onnxjit.providers.base import ExecutionProvider, GraphCompiler, Step, register_provider
 from onnxjit.providers.placement import place_concat_inputs
@@ -136,7 +136,7 @@ class CPUExecutionProvider(ExecutionProvider):
             elif item.domain == "" and item.op_type in CONTROL_FLOW_OPS:
                 steps.append(control_flow_step(item, compiler, self.name))
             else:
-                if self._join_chain(steps, item, external):
+                if self._join_chain(steps, item, external) or self._join_concat(steps, item, external):
                     continue
                 steps.append(Step([item], self.name, [v.name if v is not None else "" for v in item.inputs],
                                   [v.name for v in item.outputs], self._kernel(item)))
@@ -169,6 +169,36 @@ class CPUExecutionProvider(ExecutionProvider):
         inputs = prev.inputs + [u.name if u is not None else "" for u in node.inputs[1:]]
         outputs = [n for n in prev.outputs if n != v.name] + [u.name for u in node.outputs]
         steps[at] = Step(nodes, self.name, inputs, outputs, kernel)
+        return True
+
+    def _join_concat(self, steps: list[Step], node: Node, external: set[str]) -> bool:
+        """Make a Concat and the chain steps computing its inputs one step where the op registry has a kernel for
+        that (registry.register_concat_of) and the Concat alone reads each input: the step takes the place of the
+        last chain's step (where every chain's inputs are computed), and the others are dropped (what reads the
+        Concat comes after it; the steps between them then sit next to its readers, in a native segment)."""
+        if node.domain or node.op_type != "Concat" or len(node.outputs) != 1 or len(node.inputs) < 2:
+            return False
+        at = []
+        for v in node.inputs:
+            if v is None or v.producer is None or len(v.uses) != 1 or v.name in external \
+                    or node.inputs.count(v) != 1:
+                return False
+            i = next((i for i in range(len(steps) - 1, -1, -1) if v.name in steps[i].outputs), None)
+            if i is None or steps[i].bind is not None or steps[i].outputs != [v.name] \
+                    or steps[i].nodes[-1] is not v.producer:
+                return False
+            at.append(i)
+        keys = {tuple((n.domain, n.op_type) for n in steps[i].nodes) for i in at}
+        build = CONCATS_OF.get(keys.pop()) if len(keys) == 1 else None
+        kernel = build(node, [steps[i].nodes for i in at]) if build is not None else None
+        if kernel is None:
+            return False
+        nodes = [n for i in at for n in steps[i].nodes] + [node]
+        inputs = [name for i in at for name in steps[i].inputs]
+        last = max(at) - (len(at) - 1)  # where the last chain's step is, once the others are gone
+        for i in sorted(at, reverse=True):
+            del steps[i]
+        steps.insert(last, Step(nodes, self.name, inputs, [node.outputs[0].name], kernel))
         return True
 
     def _precompile(self, static: list[tuple[Step, list]]) -> None:

@@ -93,7 +93,7 @@ class CompiledGraph:
         self.segment_mode = "background"
         # steps whose kernels may run natively (native_plan), and how many a segment joins at least
         self._native_candidates = sum(1 for st in steps if st.bind is not None or hasattr(st.fn, "native"))
-        self.min_segment_calls = native_plan.MIN_CALLS
+        self.min_segment_calls = 1 if len(steps) <= native_plan.SMALL_GRAPH_STEPS else native_plan.MIN_CALLS
         self._segmentable = self._native_candidates >= self.min_segment_calls
 
     def segment_single_calls(self) -> None:
@@ -321,23 +321,21 @@ class CompiledGraph:
             calls.append(None if alias else call if call is not None else False)
             arg_values.append(args if alias or call is not None else None)
         outs = self._run_steps(values, plan.bound, observe=note)
-        try:
-            made = self._segments(calls, arg_values, fixed)
-        except Exception as e:  # noqa: BLE001 - the steps run one by one, as they did
-            log.warning("onnxjit: native segments of %s not used: %s: %s", self.graph.name or "a graph",
-                        type(e).__name__, e)
-            made = []
-        if not made:
+        if not any(isinstance(c, (native_plan.NativeCall, native_plan.NativeCalls)) for c in calls):
             return outs, None
-        # compiled and checked against this run (on copies: the caller owns its feeds and outputs; not of the
-        # values the segments hold as they are, which they check are the same objects)
-        pins = {id(obj) for seg, _ in made for _, obj in seg.pinned}
+        # generated, compiled and checked against this run (on copies: the caller owns its feeds and outputs; not
+        # of the values the segments hold as they are, which they check are the same objects)
+        pins = {id(arg_values[i][k]) for i, c in enumerate(calls) if c for k in c.pinned}
         env, inputs, want = _copied(env, pins), _copied(inputs, pins), _copied(outs, pins)
+
+        def segmented():
+            made = self._segments(calls, arg_values, fixed)
+            return self._finish_segments(plan, made, env, inputs, positional, want) if made else None
         if self.segment_mode == "inline":
-            return outs, self._finish_segments(plan, made, env, inputs, positional, want)
+            return outs, segmented()
 
         def finish():
-            plan.native = self._finish_segments(plan, made, env, inputs, positional, want) or False
+            plan.native = segmented() or False
         plan.building = threading.Thread(target=finish, name="onnxjit-segments", daemon=True)
         plan.building.start()
         return outs, None
@@ -373,8 +371,9 @@ class CompiledGraph:
                 plan.building.join(timeout)
 
     def _segments(self, calls: list, arg_values: list, fixed: list) -> list:
-        """The native segments of runs of native steps (calls[i] a NativeCall or NativeView, None for an alias),
-        with min_segment_calls kernel calls or more, each with its address table, generated (not compiled yet)."""
+        """The native segments of runs of native steps (calls[i] a NativeCall, NativeCalls or NativeView, None for
+        an alias), with min_segment_calls kernel calls or more, each with its address table, generated (not
+        compiled yet; a kernel its step does not call may compile here)."""
         segments, i, n = [], 0, len(self.steps)
         while i < n:
             if calls[i] is False:
@@ -383,10 +382,16 @@ class CompiledGraph:
             j = i
             while j < n and calls[j] is not False:
                 j += 1
-            if sum(1 for c in calls[i:j] if isinstance(c, native_plan.NativeCall)) >= self.min_segment_calls:
+            if sum(1 for c in calls[i:j] if isinstance(c, (native_plan.NativeCall, native_plan.NativeCalls))) \
+                    >= self.min_segment_calls:
                 live_after = {m for st in self.steps[j:] for m in st.inputs} | set(self.output_names)
                 table: list = []
-                seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, table)
+                try:
+                    seg = native_plan.segment_source(self.steps, calls, i, j, arg_values, fixed, live_after, table)
+                except Exception as e:  # noqa: BLE001 - these steps run one by one, as they did
+                    log.warning("onnxjit: a native segment of %s not made: %s: %s", self.graph.name or "a graph",
+                                type(e).__name__, e)
+                    seg = None
                 if seg is not None:
                     segments.append((seg, table))
             i = j

@@ -52,6 +52,9 @@ log = logging.getLogger("onnxjit")
 
 MODES = ("background", "inline", "off")  # session.onnxjit.native_segments (config.SESSION_NATIVE_SEGMENTS)
 MIN_CALLS = 2  # kernel calls a segment must join to be worth a compiled function
+# ... except in a graph of at most this many steps, where one call is enough: its runs are a few steps of a few
+# microseconds (a classical-ML pipeline at batch 1), and a step's Python around its kernel is much of the run
+SMALL_GRAPH_STEPS = 12
 # a step runs natively only below this work (element operations): above it the 2 us saved is lost in the
 # kernel's time (resnet50's convs do 100M and more), and its segment would be one more function to compile
 NATIVE_GRAIN = 1 << 24
@@ -85,6 +88,9 @@ class NativeCall:
     pinned: tuple = ()
     parallel: bool = False  # split over the pool's threads as the step splits it
     single_threaded_blas: bool = False  # the kernel calls BLAS and its step holds BLAS to one thread around it
+    # the step itself does not call this kernel (a Concat copies with numpy), so it may not be compiled for these
+    # types yet: the segment compiles it (in its background thread) where it is not
+    compiles: bool = False
 
     def matches(self, outs) -> bool:
         """Whether the step's outputs of a run are what this call makes (shapes and dtypes)."""
@@ -94,6 +100,21 @@ class NativeCall:
             if type(o) is not np.ndarray or o.shape != tuple(shape) or o.dtype != self.buffers[j][1]:
                 return False
         return True
+
+
+@dataclass
+class NativeCalls:
+    """How a step runs natively as several kernel calls one after the other: the first's buffers are the step's,
+    which the later calls' Out arguments name too, and its outputs the step's (a Concat's copies of its inputs
+    into its output)."""
+    calls: list
+
+    @property
+    def pinned(self) -> tuple:
+        return tuple(k for c in self.calls for k in c.pinned)
+
+    def matches(self, outs) -> bool:
+        return self.calls[0].matches(outs)
 
 
 @dataclass
@@ -132,6 +153,11 @@ def _number_spec(v) -> str | None:
         parts = [_number_spec(x) for x in v]
         return None if any(p is None for p in parts) else "(" + ",".join(parts) + ")"
     return None
+
+
+def native_dtype(dtype) -> bool:
+    """Whether a segment can pass arrays of `dtype` (numbers and bools, not strings or ml_dtypes' types)."""
+    return np.dtype(dtype).name in _NUMBER_TYPES
 
 
 def _array_spec(kind: str, at: int, a_dtype, shape, readonly: bool) -> str | None:
@@ -396,56 +422,18 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
             typed[step.outputs[0]] = (tuple(call.shape), args[0].dtype)
             body.append(f"    v{i}_0 = {src}.reshape({_shape_source(call.shape)})")
             continue
+        group = call.calls if isinstance(call, NativeCalls) else [call]
         buffers, made = [], []
-        for j, (shape, dtype) in enumerate(call.buffers):
+        for j, (shape, dtype) in enumerate(group[0].buffers):
             buffers.append(f"b{i}_{j}")
             made.append(np.empty(shape, dtype))
             body.append(f"    b{i}_{j} = np.empty({_shape_source(shape)}, np.{np.dtype(dtype).name})")
-        specs, arrays, passed = [], [], []  # the elements' specs, the call's arrays, the arguments as passed
-
-        def array(var: str, a: np.ndarray, shape, readonly: bool) -> str | None:
-            arrays.append(var)
-            return _array_spec("v", len(arrays) - 1, a.dtype, shape, readonly)
-        for a in call.args:
-            if isinstance(a, In):
-                arg = args[a.k]
-                if type(arg) is not np.ndarray or not arg.flags.c_contiguous:
-                    return None
-                view = arg.reshape(a.shape)
-                view.setflags(write=False)
-                passed.append(view)
-                if fixed[i][a.k]:
-                    e = constant(view, a.shape, True)
-                else:
-                    v = value(step.inputs[a.k], arg)
-                    e = None if v is None else array(v, arg, a.shape, True)
-            elif isinstance(a, Out):
-                passed.append(made[a.j])
-                e = array(buffers[a.j], made[a.j], made[a.j].shape, False)
-            elif type(a) is np.ndarray:
-                passed.append(a)
-                e = constant(a, a.shape, not a.flags.writeable)
-            else:
-                passed.append(a)
-                e = _number_spec(a)
-            if e is None:
+        for one in group:
+            line = _call_line(one, step, args, fixed[i], buffers, made, value, constant, table, expected, state)
+            if line is None:
                 return None
-            specs.append(e)
-        found = worker_pool._launcher(call.kernel, tuple(passed), state)
-        if found is None:  # not compiled for exactly these types
-            return None
-        table.append(found[0])
-        kernel_at, launch_at = len(table) - 1, -1
-        argtys = typeof(tuple(passed))
-        if call.parallel and call.units > 1:
-            launch = worker_pool._launch.overloads[worker_pool.launch_signature(tuple(argtys.types), state)]
-            table.append(launch.library.get_pointer_to_function(launch.fndesc.llvm_func_name))
-            launch_at = len(table) - 1
-        spec = f"k={kernel_at} l={launch_at} u={call.units} s={min(call.units, worker_pool.MAX_SHARES)}|" + \
-            ",".join(specs)
-        expected[spec] = argtys
-        body.append(f"    failed += _kernel_call(addresses, {spec!r}, state, threads, yield_every, "
-                    f"({''.join(v + ', ' for v in arrays)}))")
+            body.append(line)
+        call = group[0]
         for name, (j, shape) in zip(step.outputs, call.outputs):
             if name:
                 local[name] = f"v{i}_{j}"
@@ -463,10 +451,65 @@ def segment_source(steps, calls, start, stop, arg_values, fixed, live_after, tab
              "    failed = 0", *body, f"    return (failed, {''.join(local[n] + ', ' for n in outputs)})", ""]
     seg = Segment(start, stop, inputs, shapes, list(pinned.items()), outputs, [typed[n] for n in outputs],
                   "\n".join(lines))
-    seg.parallel = any(isinstance(c, NativeCall) and c.parallel for c in calls[start:stop])
-    seg.blas = any(isinstance(c, NativeCall) and c.single_threaded_blas for c in calls[start:stop])
+    kernel_calls = [one for c in calls[start:stop] for one in (c.calls if isinstance(c, NativeCalls) else [c])
+                    if isinstance(one, NativeCall)]
+    seg.parallel = any(c.parallel for c in kernel_calls)
+    seg.blas = any(c.single_threaded_blas for c in kernel_calls)
     seg.expected, seg.samples, seg.state = expected, samples, state
     return seg
+
+
+def _call_line(call: NativeCall, step, args, fixed, buffers, made, value, constant, table, expected, state):
+    """The segment's source line making `call` (segment_source's helpers: `value` names a step input's local,
+    `constant` puts an array in the address table), or None where it cannot be made."""
+    specs, arrays, passed = [], [], []  # the elements' specs, the call's arrays, the arguments as passed
+
+    def array(var: str, a: np.ndarray, shape, readonly: bool) -> str | None:
+        arrays.append(var)
+        return _array_spec("v", len(arrays) - 1, a.dtype, shape, readonly)
+    for a in call.args:
+        if isinstance(a, In):
+            arg = args[a.k]
+            if type(arg) is not np.ndarray or not arg.flags.c_contiguous:
+                return None
+            view = arg.reshape(a.shape)
+            view.setflags(write=False)
+            passed.append(view)
+            if fixed[a.k]:
+                e = constant(view, a.shape, True)
+            else:
+                v = value(step.inputs[a.k], arg)
+                e = None if v is None else array(v, arg, a.shape, True)
+        elif isinstance(a, Out):
+            passed.append(made[a.j])
+            e = array(buffers[a.j], made[a.j], made[a.j].shape, False)
+        elif type(a) is np.ndarray:
+            passed.append(a)
+            e = constant(a, a.shape, not a.flags.writeable)
+        else:
+            passed.append(a)
+            e = _number_spec(a)
+        if e is None:
+            return None
+        specs.append(e)
+    argtys = typeof(tuple(passed))
+    found = worker_pool._launcher(call.kernel, tuple(passed), state)
+    if found is None and call.compiles and isinstance(call.kernel, Dispatcher):
+        call.kernel.compile(tuple(argtys.types) + (types.int64, types.int64))
+        found = worker_pool._launcher(call.kernel, tuple(passed), state)
+    if found is None:  # not compiled for exactly these types
+        return None
+    table.append(found[0])
+    kernel_at, launch_at = len(table) - 1, -1
+    if call.parallel and call.units > 1:
+        launch = worker_pool._launch.overloads[worker_pool.launch_signature(tuple(argtys.types), state)]
+        table.append(launch.library.get_pointer_to_function(launch.fndesc.llvm_func_name))
+        launch_at = len(table) - 1
+    spec = f"k={kernel_at} l={launch_at} u={call.units} s={min(call.units, worker_pool.MAX_SHARES)}|" + \
+        ",".join(specs)
+    expected[spec] = argtys
+    return f"    failed += _kernel_call(addresses, {spec!r}, state, threads, yield_every, " \
+        f"({''.join(v + ', ' for v in arrays)}))"
 
 
 def load_segment(seg: Segment, table: list, store) -> bool:
