@@ -451,13 +451,14 @@ def _check_value(what: str, value: Any, t: ValueType | None, overrides: dict[str
 
 
 def _map_values_as(what: str, value: dict, t: TensorType) -> dict:
-    """The map with its values converted to t's dtype (numpy scalars), all in one array where they are scalars (one
-    conversion at a time cost 0.5 us a value: half the run of a batch-1 DictVectorizer pipeline)."""
+    """The map with its values rounded to t's dtype, all in one array where they are scalars (one conversion at a
+    time cost 0.5 us a value: half the run of a batch-1 DictVectorizer pipeline), handed on as Python numbers
+    (tolist: 0.3 us less than numpy scalars for ten values; float32 values are exact in a Python float)."""
     dtype = t.dtype
     try:
         values = np.array(list(value.values()), dtype=dtype)
         if values.ndim == 1:
-            return dict(zip(value, values))
+            return dict(zip(value, values.tolist() if values.dtype != object else values))
         return {k: np.asarray(v, dtype=dtype)[()] for k, v in value.items()}
     except (TypeError, ValueError) as e:
         raise InvalidArgument(f"{what}: the map's values do not convert to {type_string(t)}: {e}") from e
