@@ -360,8 +360,8 @@ def test_a_concat_joins_a_segment_as_copies_into_its_output(dtype):
 
 def _ml_pipelines():
     """skl2onnx exports at their default options but without ZipMap (labels int64): a ColumnTransformer
-    (OneHotEncoder over two string columns, StandardScaler over three numeric ones) + LogisticRegression, and
-    StandardScaler + LinearRegression."""
+    (OneHotEncoder over two string columns, StandardScaler over three numeric ones) + LogisticRegression,
+    StandardScaler + LinearRegression, a gradient-boosting classifier and a random-forest regressor."""
     import warnings
 
     from skl2onnx import to_onnx
@@ -389,21 +389,28 @@ def _ml_pipelines():
     x = rng.standard_normal((n, 4)).astype(np.float32)
     regression = make_pipeline(StandardScaler(), LinearRegression()).fit(x, x @ np.arange(4.0))
     regression_onnx = to_onnx(regression, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
+    from sklearn.ensemble import GradientBoostingClassifier, RandomForestRegressor
+    trees = GradientBoostingClassifier(n_estimators=8, max_depth=3, random_state=0).fit(x, x[:, 0] + x[:, 1] > 0)
+    trees_onnx = to_onnx(trees, x[:1], options={id(trees): {"zipmap": False}},
+                         target_opset={"": 17, "ai.onnx.ml": 3})
+    forest = RandomForestRegressor(4, max_depth=4, random_state=0).fit(x, x[:, 0] * 2)
+    forest_onnx = to_onnx(forest, x[:1], target_opset={"": 17, "ai.onnx.ml": 3})
 
     def column_feeds(rows):
         return {"cat": np.array([[rng.choice(["red", "green", "blue", "pink"]), rng.choice(["S", "M", "L"])]
                                  for _ in range(rows)], dtype=object),
                 "num": rng.standard_normal((rows, 3)).astype(np.float32)}
-    return [(columns_onnx, column_feeds), (regression_onnx, lambda rows: {
-        "X": rng.standard_normal((rows, 4)).astype(np.float32)})]
+    def rows_of(rows):
+        return {"X": rng.standard_normal((rows, 4)).astype(np.float32)}
+    return [(columns_onnx, column_feeds), (regression_onnx, rows_of), (trees_onnx, rows_of), (forest_onnx, rows_of)]
 
 
 @pytest.mark.parametrize("rows", [1, 3])
 def test_classical_ml_pipelines_run_their_numeric_steps_natively(rows, caplog):
     """At batch 1 and 3: the ColumnTransformer's columns encoded in one step (strings, in Python), then its
     Scaler, Reshape, Concat and the classifier (labels written by the kernel) in one segment; StandardScaler +
-    LinearRegression (one chained step: a model of few steps takes a segment of one call). Labels equal
-    onnxruntime's, scores within float32 rounding."""
+    LinearRegression (one chained step: a model of few steps takes a segment of one call) and the tree ensembles
+    the same. Labels equal onnxruntime's, scores within float32 rounding."""
     for model, feeds_of in _ml_pipelines():
         ref, jit = _sessions(model.SerializeToString())
         with caplog.at_level(logging.WARNING, logger="onnxjit"):

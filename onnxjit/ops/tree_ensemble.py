@@ -5,8 +5,9 @@ At session creation the builder turns the node's attributes into flat node array
 500 trees of 255 leaves) that one Numba kernel, onnxjit.kernels.tree_ensemble.predict, walks. The arrays are
 runtime arguments, so that kernel compiles once per compare dtype (float32, float64) for every ensemble, and
 Numba's on-disk cache keeps it: the builder runs it once on a zero row so that this happens at session creation.
-Blocks of BLOCK rows go to onnxjit's threads (`run_units`) when the work is large enough; a few rows run on the
-calling thread, and a single row walks 32 trees at once.
+Blocks of BLOCK rows go to onnxjit's threads (the step's CallSite) when the work is large enough; a few rows run
+on the calling thread, and a single row walks 32 trees at once. With int64 labels the step says how it calls the
+kernel (`run.native`), so a small model's plan runs it in a native segment (onnxjit.session.native_plan).
 
 Designs measured (benchmarks/ml_trees.py --designs; Intel Xeon Sapphire Rapids VM, 2 cores, one thread, 10,000
 rows x 20 features; batch 10,000 in ms / batch 1 in us, the kernel alone):
@@ -67,8 +68,10 @@ from onnx import TensorProto as T
 
 from onnxjit.kernels import tree_ensemble as k
 from onnxjit.ops.ml_common import Attrs, declare_outputs
-from onnxjit.ops.nn import run_units
+from onnxjit.ops.nn import ro
 from onnxjit.ops.registry import input_tensor_types, register_op
+from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
+from onnxjit.worker_pool import PARALLEL_GRAIN, CallSite
 
 DOMAIN = "ai.onnx.ml"
 _INPUT_TYPES = {T.FLOAT: np.float32, T.DOUBLE: np.float64, T.INT64: np.int64, T.INT32: np.int32}
@@ -483,7 +486,9 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
     work_per_row = ens.n_nodes_walked * 4 + c_out
     need = ens.n_features
     label_of = node.label
-    predict = k.predict
+    # X always read-only and C-contiguous in the compare dtype: one argument type for the call site (no type
+    # dispatch of fourteen arguments, ~1.5 us a batch-1 run) and for a native segment's call (`native`)
+    site = CallSite(k.predict)
 
     def run(x):
         x = np.asarray(x)
@@ -501,7 +506,7 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
                              f"F >= {need}, got shape {x.shape}")
         if x.dtype != dtype or not x.flags.c_contiguous:
             x = np.ascontiguousarray(x, dtype)
-        x = x.reshape(rows, cols)
+        x = ro(x.reshape(rows, cols))
         z = np.empty((rows, c_out), dtype)  # the compare dtype: one compiled kernel per dtype serves all ops
         label = np.empty(rows, np.int64)
         # the kernel's offsets into X are uint32: a bigger X goes in slices of rows
@@ -511,12 +516,28 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
             xs, zs, ls = (x, z, label) if r1 - r0 == rows else (x[r0:r1], z[r0:r1], label[r0:r1])
             n = r1 - r0
             work = n * work_per_row
-            run_units(predict, (xs, *args, zs, ls), (n + BLOCK - 1) // BLOCK, work)
+            site.run((xs, *args, zs, ls), (n + BLOCK - 1) // BLOCK, work)
         if z.dtype != out_dtype:
             z = z.astype(out_dtype)
         if kind != k.CLASSIFIER_N:
             return (z,)
         return (string_labels[label] if string_labels is not None else label, z)
+
+    def native(x):
+        """The kernel's call as a native_plan.NativeCall, for X of rank 2 in the compare dtype, C-contiguous, in
+        one slice, with outputs as the kernel writes them (int64 labels, scores in the output dtype)."""
+        if type(x) is not np.ndarray or x.dtype != dtype or x.ndim != 2 or not x.flags.c_contiguous \
+                or x.shape[1] < need or out_dtype != dtype or (kind == k.CLASSIFIER_N and string_labels is not None):
+            return None
+        rows, work = x.shape[0], x.shape[0] * work_per_row
+        if not rows or x.size >= 1 << 32 or work >= NATIVE_GRAIN:
+            return None
+        units = (rows + BLOCK - 1) // BLOCK
+        outputs = [(1, (rows,)), (0, (rows, c_out))] if kind == k.CLASSIFIER_N else [(0, (rows, c_out))]
+        return NativeCall(k.predict, [In(0, x.shape), *args, Out(0), Out(1)], units,
+                          [((rows, c_out), np.dtype(dtype)), ((rows,), np.dtype(np.int64))], outputs,
+                          parallel=units > 1 and work >= PARALLEL_GRAIN)
+    run.native = native
     return run
 
 
