@@ -1,15 +1,18 @@
 """Tree ensembles (ai.onnx.ml TreeEnsembleClassifier/Regressor) against onnxruntime, and the designs compared
 when choosing onnxjit's kernel (onnxjit/ops/tree_ensemble.py).
 
-Models are exported on the fly: scikit-learn RandomForestClassifier/Regressor and GradientBoostingClassifier
-(skl2onnx), a LightGBM LGBMClassifier (onnxmltools), an XGBoost classifier when xgboost is installed, 20 features
-trained on 10,000 rows; `synthetic500` is 500 random trees of 255 leaves each (leaf-wise growth, as LightGBM's).
+Models (MODELS) are exported on the fly, 20 features trained on 10,000 rows: scikit-learn's random forest and
+extra-trees (classifier and regressor), decision tree, gradient boosting, HistGradientBoosting and IsolationForest
+(skl2onnx); LightGBM binary, 3-class, regressor and with categorical features, XGBoost classifier and regressor
+(onnxmltools; XGBoost's when xgboost is installed). `synthetic500` is 500 random trees of 255 leaves each
+(leaf-wise growth, as LightGBM's).
 
 usage:
   python benchmarks/ml_trees.py [--models rf,gb,...] [--rounds N] [--threads T]
-      each model at batch 10,000 and 1: onnxruntime and onnxjit each timed in its own block of runs with a rest
-      between (never interleaved single runs), best and median of N rounds, their ratio, and the outputs' largest
-      difference (labels must be equal)
+      each model at batch 10,000 and 1: onnxruntime and onnxjit (its fallback provider disabled) each timed in its
+      own block of runs with a rest between (never interleaved single runs), best and median of N rounds, their
+      ratio; the outputs over 10,000 new rows (some with a NaN, some 25x outside the training range) against
+      onnxruntime's (labels must be equal) and against the library's own predict (float64 there)
   python benchmarks/ml_trees.py --designs [--models lgb,rf]
       design (a), the kernel onnxjit runs (a block of rows walks each tree in lockstep) against an early-exit
       walk per row and design (b), every tree generated as nested if/else source and compiled by Numba (compile
@@ -34,43 +37,97 @@ ROWS, FEATURES, TREES = 10_000, 20, 200
 MAX_IF_ELSE_NODES = 3_000  # design (b) compiles for minutes beyond this
 
 
-def _data(seed=0):
+def _data(seed=0, classes=2):
     from sklearn.datasets import make_classification
-    x, y = make_classification(ROWS, FEATURES, n_informative=10, random_state=seed)
+    x, y = make_classification(ROWS, FEATURES, n_informative=10, n_classes=classes, random_state=seed)
     return x.astype(np.float32), y
 
 
+def _categorical(x):
+    """x with features 0 and 1 made categories 0..9 (LightGBM's categorical splits)."""
+    x = x.copy()
+    x[:, :2] = np.floor(np.abs(x[:, :2]) * 3) % 10
+    return x
+
+
+# name -> what it is (the README's rows)
+MODELS = {
+    "rf": "random forest classifier, 200 trees, no depth limit (scikit-learn)",
+    "rfr": "random forest regressor, 200 trees of depth 12",
+    "et": "extra-trees classifier, 200 trees, no depth limit",
+    "etr": "extra-trees regressor, 200 trees of depth 12",
+    "dt": "decision tree classifier, no depth limit",
+    "gb": "gradient boosting classifier, 200 trees of depth 3",
+    "hgb": "HistGradientBoosting classifier, 200 iterations (NaN learned as missing)",
+    "iso": "IsolationForest, 200 trees",
+    "lgb": "LightGBM binary classifier, 200 trees of 31 leaves (onnxmltools)",
+    "lgb_multi": "LightGBM 3-class classifier, 200 rounds of 31 leaves",
+    "lgb_reg": "LightGBM regressor, 200 trees of 31 leaves",
+    "lgb_cat": "LightGBM binary classifier with two categorical features",
+    "xgb": "XGBoost binary classifier, 200 trees of depth 6",
+    "xgb_reg": "XGBoost regressor, 200 trees of depth 6",
+}
+DEFAULT_MODELS = ",".join(MODELS)
+
+
 def export(name: str):
-    """(ModelProto, input name) of a benchmark model."""
+    """(ModelProto, input name, native) of a benchmark model; native(x) is the library's own prediction, (labels or
+    None, scores or None) as the ONNX model's outputs give them."""
     warnings.filterwarnings("ignore")
-    x, y = _data()
+    classes = 3 if name == "lgb_multi" else 2
+    x, y = _data(classes=classes)
+    target = {"": 17, "ai.onnx.ml": 3}
     if name == "synthetic500":
-        return synthetic(500, 255), "X"
-    if name in ("rf", "rfr", "gb"):
+        return synthetic(500, 255), "X", None
+    if name in ("rf", "rfr", "et", "etr", "dt", "gb", "hgb", "iso"):
         from skl2onnx import to_onnx
-        from sklearn.ensemble import GradientBoostingClassifier, RandomForestClassifier, RandomForestRegressor
-        if name == "rf":
-            model = RandomForestClassifier(TREES, n_jobs=2, random_state=0).fit(x, y)
-        elif name == "rfr":
-            model = RandomForestRegressor(TREES, max_depth=12, n_jobs=2, random_state=0).fit(x, x[:, 0] * 3 + y)
-        else:
-            model = GradientBoostingClassifier(n_estimators=TREES, max_depth=3, random_state=0).fit(x, y)
-        options = {"zipmap": False} if name != "rfr" else None
-        onx = to_onnx(model, x[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
-        return onx, onx.graph.input[0].name
-    if name == "lgb":
+        from sklearn import ensemble, tree
+        models = {"rf": lambda: ensemble.RandomForestClassifier(TREES, n_jobs=2, random_state=0),
+                  "rfr": lambda: ensemble.RandomForestRegressor(TREES, max_depth=12, n_jobs=2, random_state=0),
+                  "et": lambda: ensemble.ExtraTreesClassifier(TREES, n_jobs=2, random_state=0),
+                  "etr": lambda: ensemble.ExtraTreesRegressor(TREES, max_depth=12, n_jobs=2, random_state=0),
+                  "dt": lambda: tree.DecisionTreeClassifier(random_state=0),
+                  "gb": lambda: ensemble.GradientBoostingClassifier(n_estimators=TREES, max_depth=3, random_state=0),
+                  "hgb": lambda: ensemble.HistGradientBoostingClassifier(max_iter=TREES, random_state=0),
+                  "iso": lambda: ensemble.IsolationForest(n_estimators=TREES, random_state=0)}
+        regression = name in ("rfr", "etr")
+        fit_x = x.copy()
+        if name == "hgb":
+            fit_x[::53, 3] = np.nan  # missing values it learns a direction for
+        model = models[name]().fit(fit_x, x[:, 0] * 3 + y if regression else y)
+        options = {id(model): {"zipmap": False}} if not regression and name != "iso" else None
+        onx = to_onnx(model, x[:1], options=options, target_opset=target)
+        if regression:
+            return onx, onx.graph.input[0].name, lambda v: (None, model.predict(v))
+        if name == "iso":
+            return onx, onx.graph.input[0].name, lambda v: (model.predict(v), model.decision_function(v))
+        return onx, onx.graph.input[0].name, lambda v: (model.predict(v), model.predict_proba(v))
+    from onnxmltools.convert.common.data_types import FloatTensorType
+    initial = [("X", FloatTensorType([None, FEATURES]))]
+    if name.startswith("lgb"):
         import lightgbm
         from onnxmltools import convert_lightgbm
-        from onnxmltools.convert.common.data_types import FloatTensorType
-        model = lightgbm.LGBMClassifier(n_estimators=TREES, num_leaves=31, verbose=-1).fit(x, y)
-        return convert_lightgbm(model, initial_types=[("X", FloatTensorType([None, FEATURES]))], zipmap=False,
-                                target_opset=15), "X"
-    if name == "xgb":
+        if name == "lgb_reg":
+            model = lightgbm.LGBMRegressor(n_estimators=TREES, num_leaves=31, verbose=-1).fit(x, x[:, 0] * 3 + y)
+            onx = convert_lightgbm(model, initial_types=initial, target_opset=15)
+            return onx, "X", lambda v: (None, model.predict(v))
+        fit_x = _categorical(x) if name == "lgb_cat" else x
+        model = lightgbm.LGBMClassifier(n_estimators=TREES, num_leaves=31, verbose=-1)
+        model.fit(fit_x, y, categorical_feature=[0, 1] if name == "lgb_cat" else "auto")
+        onx = convert_lightgbm(model, initial_types=initial, zipmap=False, target_opset=15)
+        native = (lambda v: (model.predict(_categorical(v)), model.predict_proba(_categorical(v)))) \
+            if name == "lgb_cat" else (lambda v: (model.predict(v), model.predict_proba(v)))
+        return onx, "X", native
+    if name.startswith("xgb"):
         import xgboost
         from onnxmltools import convert_xgboost
-        from onnxmltools.convert.common.data_types import FloatTensorType
+        if name == "xgb_reg":
+            model = xgboost.XGBRegressor(n_estimators=TREES, max_depth=6).fit(x, x[:, 0] * 3 + y)
+            return convert_xgboost(model, initial_types=initial, target_opset=15), "X", \
+                lambda v: (None, model.predict(v))
         model = xgboost.XGBClassifier(n_estimators=TREES, max_depth=6).fit(x, y)
-        return convert_xgboost(model, initial_types=[("X", FloatTensorType([None, FEATURES]))], target_opset=15), "X"
+        return convert_xgboost(model, initial_types=initial, target_opset=15), "X", \
+            lambda v: (model.predict(v), model.predict_proba(v))
     raise ValueError(f"unknown model {name!r}")
 
 
@@ -121,15 +178,30 @@ def synthetic(n_trees: int, n_leaves: int, seed: int = 0):
 
 
 # --- onnxjit against onnxruntime ---------------------------------------------------------------------------------
+def _difference(want, got) -> str:
+    """How far `got` is from `want`: labels that differ, or the largest difference of scores."""
+    want, got = np.asarray(want), np.asarray(got).reshape(np.shape(want))
+    if want.dtype.kind in "fc":
+        scale = max(1.0, float(np.nanmax(np.abs(want))))
+        return f"max |diff| {float(np.nanmax(np.abs(want - got))):.2e} (scale {scale:.3g})"
+    return f"labels differ: {int((want != got).sum())}"
+
+
 def compare(names, rounds, threads):
     import onnxruntime
 
     import onnxjit
     x, _ = _data(1)  # rows the models were not trained on
-    x[::97, 3] = np.nan  # and missing values
+    x[::97, 3] = np.nan  # missing values
+    x[1::89] *= 25  # and rows far outside the training range
     print(f"threads {threads}, {os.cpu_count()} cores: {cpu_name()}")
     for name in names:
-        model, iname = export(name)
+        try:
+            model, iname, native = export(name)
+        except Exception as e:  # noqa: BLE001 - an exporter that cannot convert this model: a row saying so
+            print(f"{name}: export failed: {type(e).__name__}: {str(e).splitlines()[0][:150]}")
+            continue
+        xm = _categorical(x) if name == "lgb_cat" else x
         data = model.SerializeToString()
         so = onnxruntime.SessionOptions()
         so.intra_op_num_threads = threads
@@ -137,22 +209,30 @@ def compare(names, rounds, threads):
         ort = onnxruntime.InferenceSession(data, so, providers=["CPUExecutionProvider"])
         jo = onnxjit.SessionOptions()
         jo.intra_op_num_threads = threads
+        jo.add_session_config_entry("session.disable_fallback_provider", "1")  # every node on the CPU provider
         t0 = time.perf_counter()
         jit = onnxjit.InferenceSession(data, jo, providers=["CPUExecutionProvider"])
         created = time.perf_counter() - t0
-        where = {s.provider for s in jit._compiled.steps if any(n.domain == "ai.onnx.ml" for n in s.nodes)}
-        want, got = ort.run(None, {iname: x}), jit.run(None, {iname: x})
-        diffs = []
-        for w, g in zip(want, got):
-            w, g = np.asarray(w), np.asarray(g)
-            if w.dtype.kind == "f":
-                scale = max(1.0, float(np.nanmax(np.abs(w))))
-                diffs.append(f"max |diff| {float(np.nanmax(np.abs(w - g))):.2e} (scale {scale:.3g})")
-            else:
-                diffs.append(f"labels differ: {int((w != g).sum())}")
-        print(f"{name}: session {created:.2f}s, tree node on {sorted(where)}; " + "; ".join(diffs))
+        want, got = ort.run(None, {iname: xm}), jit.run(None, {iname: xm})
+        line = f"{name}: session {created:.2f}s; vs onnxruntime: " + "; ".join(map(_difference, want, got))
+        if native is not None:
+            # the label output comes first where there is one, a score output last (IsolationForest: the score
+            # of decision_function; the exporters' float32 against the library's float64), on the rows with a NaN
+            # and on the others: an exporter may not carry the library's handling of missing values over
+            nan_rows = np.isnan(x).any(axis=1)
+            for what, rows in (("rows without NaN", ~nan_rows), ("rows with NaN", nan_rows)):
+                try:
+                    labels, scores = native(x[rows])
+                except ValueError as e:  # the library refuses NaN
+                    line += f"; vs its library's predict, {what}: refused ({str(e)[:60]})"
+                    continue
+                ours = [g[rows] for g in got]
+                mine = ([_difference(labels, ours[0])] if labels is not None else []) + \
+                    ([_difference(scores, ours[-1])] if scores is not None else [])
+                line += f"; vs its library's predict, {what}: " + ", ".join(mine)
+        print(line)
         for batch in (ROWS, 1):
-            feeds = {iname: x[:batch]}
+            feeds = {iname: xm[:batch]}
             compare_blocks(ort, jit, feeds, batch, rounds)
 
 
@@ -224,7 +304,7 @@ def designs(names):
     x, _ = _data(1)
     print(f"one thread, {ROWS} rows x {FEATURES} features: {cpu_name()}")
     for name in names:
-        model, _ = export(name)
+        model, _, _ = export(name)
         ens = _ensemble(model)
         n_nodes = ens.nodes.shape[0]
         print(f"{name}: {ens.trees.shape[0]} trees, {n_nodes} nodes, max depth {ens.trees[:, 1].max()}, "
@@ -314,19 +394,19 @@ def compile_times(rounds):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--models", default="rf,rfr,gb,lgb,xgb")
+    ap.add_argument("--models", default=DEFAULT_MODELS)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--designs", action="store_true")
     ap.add_argument("--compile", action="store_true")
     args = ap.parse_args()
     names = [n for n in args.models.split(",") if n]
-    if "xgb" in names:
-        try:
-            import xgboost  # noqa: F401
-        except ImportError:
-            print("xgboost is not installed: xgb skipped (pip install xgboost)")
-            names.remove("xgb")
+    try:
+        import xgboost  # noqa: F401
+    except ImportError:
+        if any(n.startswith("xgb") for n in names):
+            print("xgboost is not installed: its models are skipped (pip install xgboost)")
+        names = [n for n in names if not n.startswith("xgb")]
     if args.compile:
         compile_times(args.rounds)
     elif args.designs:

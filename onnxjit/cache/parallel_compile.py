@@ -100,8 +100,9 @@ def process_count(entries: dict, threads: int = 0) -> int:
 
 def compiling_marker(py_func, argtypes) -> str:
     """The file name a helper marks its compile of `py_func` for `argtypes` with (the same in every process)."""
-    from numba.core import sigutils
-    args = sigutils.normalize_signature(tuple(argtypes))[0]
+    from numba.core import sigutils, typing
+    # a tuple of argument types, or a Signature (a kernel compiled for explicit signatures: the fused ones)
+    args = sigutils.normalize_signature(argtypes if isinstance(argtypes, typing.Signature) else tuple(argtypes))[0]
     key = f"{py_func.__module__}.{py_func.__qualname__}{tuple(args)!r}"
     return hashlib.sha256(key.encode()).hexdigest()[:32]
 
