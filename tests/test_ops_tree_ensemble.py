@@ -119,6 +119,28 @@ def test_node_modes_and_missing_values(mode, missing):
     check(ml_model("TreeEnsembleRegressor", attrs, T.FLOAT, [T.FLOAT]), features(rng, 50, np.float32, values))
 
 
+@pytest.mark.parametrize("rows", [1, 50])
+@pytest.mark.parametrize("missing", [False, True])
+def test_leq_and_eq_nodes_alone_take_a_loop_of_their_own(rows, missing):
+    """An ensemble of LEQ and EQ nodes alone (LightGBM's categorical splits as onnxmltools writes them) walks
+    through its own loop (same_mode LEQ_EQ) over a block of rows, and a single row's lopsided trees refill their
+    lanes tree by tree: outputs as onnxruntime's, NaN included."""
+    from onnxjit.ir.serde import from_onnx
+    from onnxjit.kernels import tree_ensemble as k
+    from onnxjit.ops import tree_ensemble as te
+    from onnxjit.ops.ml_common import Attrs
+    rng = np.random.default_rng(21)
+    values = [-1.0, 0.0, 1.0, 2.0]
+    nodes, leaves = random_trees(rng, 40, 3, ["BRANCH_LEQ", "BRANCH_EQ"], depth=8, values=values, stop=0.45)
+    attrs = dict(tree_attrs(nodes, missing), n_targets=1, **leaf_weights(rng, leaves, "target", 1, "all"))
+    model = ml_model("TreeEnsembleRegressor", attrs, T.FLOAT, [T.FLOAT])
+    node = next(n for n in from_onnx(model, None).graph.nodes if n.domain == "ai.onnx.ml")
+    a = Attrs(node)
+    ens = te.Ensemble(a, te._form_v3(a, False), np.float32, k.REGRESSOR_1, np.zeros(1, np.int64), one_output=True)
+    assert ens.same_mode == k.LEQ_EQ and ens.refill
+    check(model, features(rng, rows, np.float32, values))
+
+
 @pytest.mark.parametrize("aggregate", ["SUM", "AVERAGE", "MIN", "MAX"])
 @pytest.mark.parametrize("n_targets,per_leaf", [(1, "all"), (3, "all"), (3, "some")])
 @pytest.mark.parametrize("base", [False, True])

@@ -8,7 +8,8 @@ The arrays, one record per node of every tree (the trees' nodes side by side):
                      itself as both children: walking past a leaf stays on it, which the lockstep walk relies on.
   slot[n]            a leaf's row in lval/lhas (its aggregated weight per target, and whether it has one)
   aux[n]             (mode, first member, end of members): read only when the ensemble mixes modes or has set
-                     membership (`same_mode` MIXED)
+                     membership (`same_mode` MIXED), or has EQ nodes among LEQ ones (LEQ_EQ: a loop of its own,
+                     LightGBM's categorical splits; through MIXED's, lgb_cat ran 1.6x onnxruntime's time)
 Per tree: trees[t] = (root, depth: the longest root-to-leaf path in tests).
 
 `predict` runs the blocks [u0, u1) of `block` rows (the units onnxjit.worker_pool.run_units hands out; serial and
@@ -36,6 +37,7 @@ NONE, SOFTMAX, LOGISTIC, SOFTMAX_ZERO, PROBIT = 0, 1, 2, 3, 4
 # what the outputs are
 REGRESSOR_1, REGRESSOR_N, CLASSIFIER_N = 0, 1, 2
 MIXED = -1  # `same_mode` when nodes of several modes (or MEMBER) are present
+LEQ_EQ = -2  # `same_mode` when LEQ and EQ nodes are (LightGBM's categorical splits, as onnxmltools writes them)
 # the entries of predict's `params`
 P_SAME_MODE, P_MISSING, P_AGG, P_TRACK_HAS, P_BLOCK, P_KIND, P_POST, P_BINARY, P_POSITIVE, P_REFILL = range(10)
 N_PARAMS = 10
@@ -203,10 +205,11 @@ def _binary_label(pos, binary_case, all_positive, labels):
 
 
 @njit(cache=True, nogil=True)
-def _walk_row(xf, o, nodes, thr, trees, missing):
-    """The leaf of every tree for the row at xf[o:] (LEQ nodes): GROUP lanes walk trees in lockstep, and a lane
-    whose tree reaches its leaf takes the next tree, so no step is spent past a leaf and the lanes' loads
-    overlap (a lockstep group pays its deepest tree; one tree at a time is one chain of dependent loads)."""
+def _walk_row(xf, o, nodes, thr, trees, missing, aux, with_eq):
+    """The leaf of every tree for the row at xf[o:] (LEQ nodes, and EQ ones where `with_eq`, their modes in
+    aux[:, 0]): GROUP lanes walk trees in lockstep, and a lane whose tree reaches its leaf takes the next tree,
+    so no step is spent past a leaf and the lanes' loads overlap (a lockstep group pays its deepest tree; one
+    tree at a time is one chain of dependent loads)."""
     u1, u2, u3, u4 = np.uint32(1), np.uint32(2), np.uint32(3), np.uint32(4)
     n_trees = trees.shape[0]
     leaf_of = np.empty(n_trees, np.uint32)
@@ -227,7 +230,7 @@ def _walk_row(xf, o, nodes, thr, trees, missing):
             q = u4 * n
             f = nodes[q]
             v = xf[o + np.uint32(f >> 1)]
-            ok = v <= thr[q + u1]
+            ok = v == thr[q + u1] if with_eq and aux[n, 0] == EQ else v <= thr[q + u1]
             if missing:
                 ok = ok | (((f & 1) == 1) & (v != v))
             m = np.uint32(nodes[q + (u2 if ok else u3)])
@@ -289,9 +292,9 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
             for r in range(nb):
                 lane_off[r] = np.uint32((b0 + r) * n_cols)
                 lane_row[r] = r
-        walked = single and same_mode == LEQ and params[P_REFILL] != 0
+        walked = single and (same_mode == LEQ or same_mode == LEQ_EQ) and params[P_REFILL] != 0
         if walked:
-            leaf_of = _walk_row(xf, lane_off[0], nodes, thr, trees, missing)
+            leaf_of = _walk_row(xf, lane_off[0], nodes, thr, trees, missing, aux, same_mode == LEQ_EQ)
         for p in range((n_trees + GROUP - 1) // GROUP if single else n_trees):
             if single:  # lanes: the trees [t0, t0 + lanes)
                 t0 = p * GROUP
@@ -323,6 +326,15 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
                         f = nodes[q]
                         v = xf[lane_off[i] + np.uint32(f >> 1)]
                         ok = (v <= thr[q + u1]) | (((f & 1) == 1) & (v != v))
+                        cur[i] = np.uint32(nodes[q + (u2 if ok else u3)])
+                elif same_mode == LEQ_EQ:  # LightGBM's categorical splits: one test more than LEQ's
+                    for i in range(lanes):
+                        n = cur[i]
+                        q = u4 * n
+                        f = nodes[q]
+                        v = xf[lane_off[i] + np.uint32(f >> 1)]
+                        th = thr[q + u1]
+                        ok = ((v == th) if aux[n, 0] == EQ else (v <= th)) | (((f & 1) == 1) & (v != v))
                         cur[i] = np.uint32(nodes[q + (u2 if ok else u3)])
                 else:
                     for i in range(lanes):

@@ -399,7 +399,8 @@ class Ensemble:
         self.has_missing = bool(np.any(missing))
         branch_modes = np.unique(modes[~leaf])
         self.same_mode = int(branch_modes[0]) if branch_modes.size == 1 and branch_modes[0] < k.MEMBER else \
-            (k.LEQ if branch_modes.size == 0 else k.MIXED)
+            (k.LEQ if branch_modes.size == 0 else k.LEQ_EQ if set(branch_modes.tolist()) == {k.LEQ, k.EQ} else
+             k.MIXED)
         self.aux = np.zeros((n, 3), np.int32)
         self.aux[:, 0] = modes
         members = [np.zeros(0, dtype)]
