@@ -23,6 +23,7 @@ usage:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
@@ -70,6 +71,24 @@ MODELS = {
 DEFAULT_MODELS = ",".join(MODELS)
 
 
+@contextlib.contextmanager
+def _bool_lists_as_ints():
+    """skl2onnx 1.20.0 passes HistGradientBoosting's missing-value directions as numpy bools among the ints of
+    nodes_missing_value_tracks_true, which onnx's make_attribute refuses: converted to ints while exporting."""
+    import onnx.helper
+    make_attribute = onnx.helper.make_attribute
+
+    def converted(key, value, *args, **kwargs):
+        if isinstance(value, (list, tuple)) and any(isinstance(v, (bool, np.bool_)) for v in value):
+            value = [int(v) for v in value]
+        return make_attribute(key, value, *args, **kwargs)
+    onnx.helper.make_attribute = converted
+    try:
+        yield
+    finally:
+        onnx.helper.make_attribute = make_attribute
+
+
 def export(name: str):
     """(ModelProto, input name, native) of a benchmark model; native(x) is the library's own prediction, (labels or
     None, scores or None) as the ONNX model's outputs give them."""
@@ -96,7 +115,8 @@ def export(name: str):
             fit_x[::53, 3] = np.nan  # missing values it learns a direction for
         model = models[name]().fit(fit_x, x[:, 0] * 3 + y if regression else y)
         options = {id(model): {"zipmap": False}} if not regression and name != "iso" else None
-        onx = to_onnx(model, x[:1], options=options, target_opset=target)
+        with _bool_lists_as_ints():
+            onx = to_onnx(model, x[:1], options=options, target_opset=target)
         if regression:
             return onx, onx.graph.input[0].name, lambda v: (None, model.predict(v))
         if name == "iso":
