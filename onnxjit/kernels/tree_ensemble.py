@@ -319,22 +319,15 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
                         q = u4 * n
                         go = u2 if xf[lane_off[i] + np.uint32(nodes[q] >> 1)] <= thr[q + u1] else u3
                         cur[i] = np.uint32(nodes[q + go])
-                elif same_mode == LEQ:  # with missing values tracked (LightGBM)
+                elif same_mode == LEQ or same_mode == LEQ_EQ:  # missing values tracked, categorical splits (LightGBM)
+                    with_eq = same_mode == LEQ_EQ  # (loop-invariant: LLVM makes two loops of this one)
                     for i in range(lanes):
                         n = cur[i]
                         q = u4 * n
                         f = nodes[q]
                         v = xf[lane_off[i] + np.uint32(f >> 1)]
-                        ok = (v <= thr[q + u1]) | (((f & 1) == 1) & (v != v))
-                        cur[i] = np.uint32(nodes[q + (u2 if ok else u3)])
-                elif same_mode == LEQ_EQ:  # LightGBM's categorical splits: one test more than LEQ's
-                    for i in range(lanes):
-                        n = cur[i]
-                        q = u4 * n
-                        f = nodes[q]
-                        v = xf[lane_off[i] + np.uint32(f >> 1)]
-                        th = thr[q + u1]
-                        ok = ((v == th) if aux[n, 0] == EQ else (v <= th)) | (((f & 1) == 1) & (v != v))
+                        ok = ((v == thr[q + u1]) if with_eq and aux[n, 0] == EQ else (v <= thr[q + u1])) | \
+                            (((f & 1) == 1) & (v != v))
                         cur[i] = np.uint32(nodes[q + (u2 if ok else u3)])
                 else:
                     for i in range(lanes):
