@@ -225,8 +225,8 @@ def build_concatenated_one_hots(concat, chains):
     columns, offset = [], 0
     for gather, encoder in chains:
         found = _column_of(gather)
-        if found is None or gather.inputs[0] is not chains[0][0].inputs[0] or found[0].shape != columns_shape(
-                columns, found[0]):
+        if found is None or gather.inputs[0] is not chains[0][0].inputs[0] or (
+                columns and found[0].shape != columns[0][0].shape):  # one input, one index shape
             return None
         one_hot = _OneHot(encoder)
         columns.append((found[0], found[1], one_hot, offset))
@@ -260,11 +260,6 @@ def build_concatenated_one_hots(concat, chains):
                 one_hot.into(data[:, column], out, at)
         return (out.reshape((n,) + index_shape + (width,)),)
     return run
-
-
-def columns_shape(columns, index):
-    """The index shape the columns so far share (the first's), or `index`'s for the first."""
-    return columns[0][0].shape if columns else index.shape
 
 
 # --- LabelEncoder ----------------------------------------------------------------------------------------------

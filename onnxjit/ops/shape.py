@@ -10,8 +10,8 @@ import math
 import numpy as np
 from onnx import TensorProto
 
-from onnxjit.ops.nn import constant_input, rank_of, wanted_outputs
 from onnxjit.kernels.movement import copy_columns
+from onnxjit.ops.nn import constant_input, rank_of, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.session.native_plan import (NATIVE_GRAIN, In, NativeCall, NativeCalls, NativeView, Out,
                                          native_dtype)

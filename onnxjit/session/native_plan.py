@@ -4,8 +4,10 @@ A step costs 1.5-3 us of Python around its kernel (the arguments' views, the out
 Numba or the pool with a dozen arguments), where onnxruntime spends well under a microsecond a node: a chain of
 eight small Gemms took 17 us against onnxruntime's 7, and a batch-1 MobileNet's 74 steps 1.4x onnxruntime's
 time. So once a plan (one feed signature) has run twice, the steps whose kernels say how they call them
-(`fn.native(*args) -> NativeCall`, or a NativeView for a Reshape) and do less than NATIVE_GRAIN work are joined,
-where MIN_CALLS or more follow each other, into one generated Numba function per run of them: it allocates the
+(`fn.native(*args) -> NativeCall`, NativeCalls for several calls into one output such as a Concat's copies, or a
+NativeView for a Reshape) and do less than NATIVE_GRAIN work are joined, where MIN_CALLS or more follow each
+other (one in a graph of at most SMALL_GRAPH_STEPS steps), into one generated Numba function per run of them:
+it allocates the
 buffers and calls the same compiled kernels with the same arguments, on this thread or split over the pool's
 threads as their steps would be. The plan's runner then calls it where it called those steps
 (executor.CompiledGraph); Loop and Scan bodies iterate theirs natively (native_loops).
