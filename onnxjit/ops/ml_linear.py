@@ -124,6 +124,12 @@ _NO_SCALING = (ro(np.zeros(0, np.float32)), ro(np.zeros(0, np.float32)))
 _NO_NORM = (-1, np.zeros((0, 0), np.float32))
 
 
+def _linear_args(x, coef, bias, mode, post, rule, classes, labels_out, raw, out, scaling, norming) -> tuple:
+    """linear_rows' arguments before the rows per block, in its order: for the step's call (_linear) and its
+    native form (_native_linear) alike."""
+    return (x, *scaling, coef, bias, mode, post, rule, classes, labels_out, raw, out, *norming)
+
+
 def _linear(site, x, coef, bias, mode, post, rule, classes, labels_out, raw, out, scaling=_NO_SCALING,
             norming=_NO_NORM):
     """linear_rows over x's rows in blocks (site: the node's CallSite of it, x read-only float32 (N, F), raw and out
@@ -131,7 +137,7 @@ def _linear(site, x, coef, bias, mode, post, rule, classes, labels_out, raw, out
     scale) per column applied to x first; `norming`: a Normalizer's (norm, output like out) applied to out's rows
     last."""
     n = x.shape[0]
-    args = (x, *scaling, coef, bias, mode, post, rule, classes, labels_out, raw, out, *norming)
+    args = _linear_args(x, coef, bias, mode, post, rule, classes, labels_out, raw, out, scaling, norming)
     work = n * coef.size
     if work < PARALLEL_GRAIN:  # one block on this thread, as _row_blocks would cut it, with less Python (batch 1)
         if n:
@@ -160,9 +166,9 @@ def _native_linear(x, features, coef, bias, mode, post, rule, classes, labeled, 
     raw = out if cols == coef.shape[0] else buffer((n, coef.shape[0]), _F32)
     normed = buffer((n, cols), _F32) if norm >= 0 else _NO_NORM[1]
     scores = normed if norm >= 0 else out
-    return NativeCall(k.linear_rows, [In(0, (n, features)), *scaling, coef, bias, mode, post, rule, classes, labels,
-                                      raw, out, norm, normed, n], 1, buffers,
-                      ([(0, (n,))] if labeled else []) + [(scores.j, (n, cols))])
+    args = _linear_args(In(0, (n, features)), coef, bias, mode, post, rule, classes, labels, raw, out, scaling,
+                        (norm, normed))
+    return NativeCall(k.linear_rows, [*args, n], 1, buffers, ([(0, (n,))] if labeled else []) + [(scores.j, (n, cols))])
 
 
 # --- LinearClassifier / LinearRegressor ------------------------------------------------------------------------
