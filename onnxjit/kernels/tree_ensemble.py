@@ -70,138 +70,145 @@ def _logistic(v):
 
 
 @njit(cache=True, nogil=True)
-def _transform(s, k, post, z, row):
-    """z[row, :k] = post_transform(s[:k]) (onnxruntime's write_scores for two or more scores)."""
-    if post == SOFTMAX or post == SOFTMAX_ZERO:
-        vmax = -np.inf
-        for c in range(k):
-            if s[c] > vmax:
-                vmax = s[c]
-        total = 0.0
-        for c in range(k):
-            if post == SOFTMAX or s[c] > 1e-7 or s[c] < -1e-7:
-                e = math.exp(s[c] - vmax)
-            else:
-                e = s[c] * math.exp(-vmax)
-            s[c] = e
-            total += e
-        for c in range(k):
-            z[row, c] = s[c] / total
-    else:
-        for c in range(k):
-            v = s[c]
-            if post == LOGISTIC:
-                v = _logistic(v)
-            elif post == PROBIT:
-                v = probit(v)
-            z[row, c] = v
+def _transform(sc, n_scores, nb, post, z, b0):
+    """z[b0 + r, :k] = post_transform(sc[r, :k]) for the block's rows r < nb with k = n_scores[r] scores, two or
+    more (onnxruntime's write_scores); rows with 0 are written already. sc is overwritten."""
+    for r in range(nb):
+        k = n_scores[r]
+        if k == 0:
+            continue
+        row = b0 + r
+        if post == SOFTMAX or post == SOFTMAX_ZERO:
+            vmax = -np.inf
+            for c in range(k):
+                if sc[r, c] > vmax:
+                    vmax = sc[r, c]
+            total = 0.0
+            for c in range(k):
+                v = sc[r, c]
+                e = math.exp(v - vmax) if post == SOFTMAX or v > 1e-7 or v < -1e-7 else v * math.exp(-vmax)
+                sc[r, c] = e
+                total += e
+            for c in range(k):
+                z[row, c] = sc[r, c] / total
+        else:
+            for c in range(k):
+                v = sc[r, c]
+                if post == LOGISTIC:
+                    v = _logistic(v)
+                elif post == PROBIT:
+                    v = probit(v)
+                z[row, c] = v
 
 
 @njit(cache=True, nogil=True)
-def _finalize(kind, agg, post, n_trees, acc, has, r, base, nbase, binary_case, all_positive, labels, s, z, row,
+def _finalize(kind, agg, post, n_trees, acc, has, nb, base, binary_case, all_positive, labels, n_scores, z, b0,
               label):
-    """Scores (and label) of one row from its accumulators acc[r, :], has[r, :] (onnxruntime's FinalizeScores).
-    Where several scores are written, one that no weight reached (has False) is written as 0 whatever the
-    base values added to it: onnxruntime converts its scores to float through `has_score ? score : 0`."""
+    """Scores (and labels) of the block's rows b0 + r, r < nb, from their accumulators acc[r, :] and has[r, :]
+    (onnxruntime's FinalizeScores): written to z here, or left in acc[r, :n_scores[r]] for _transform. Where several
+    scores are written, one that no weight reached (has False) is written as 0 whatever the base values added to
+    it: onnxruntime converts its scores to float through `has_score ? score : 0`.
+    One call per block, the rows looped here: a call to a jitted function that takes arrays pays their atomic
+    reference counts (this function's per row: 60-100 ns, more than the decision tree's whole walk of a row)."""
     c_out = acc.shape[1]
-    if kind == REGRESSOR_1:
-        v = acc[r, 0]
-        if agg == AVERAGE:
-            v = v / n_trees
-        if nbase == 1:
-            v += base[0]
-        z[row, 0] = probit(v) if post == PROBIT else v
-        return
-    if kind == REGRESSOR_N:
-        for c in range(c_out):
-            v = acc[r, c]
+    nbase = base.shape[0]
+    for r in range(nb):
+        row = b0 + r
+        n_scores[r] = 0
+        if kind == REGRESSOR_1:
+            v = acc[r, 0]
             if agg == AVERAGE:
                 v = v / n_trees
-            if nbase == c_out:
-                v += base[c]
-            s[c] = v if has[r, c] else 0
-        _transform(s, c_out, post, z, row)
-        return
-    # CLASSIFIER_N
-    for c in range(c_out):
-        s[c] = acc[r, c]
-    if c_out > 2:
-        best = -1
-        for c in range(min(nbase, c_out)):
-            if not has[r, c]:
-                has[r, c] = True
-                s[c] = base[c]
+            if nbase == 1:
+                v += base[0]
+            z[row, 0] = probit(v) if post == PROBIT else v
+            continue
+        if kind == REGRESSOR_N:
+            for c in range(c_out):
+                v = acc[r, c]
+                if agg == AVERAGE:
+                    v = v / n_trees
+                if nbase == c_out:
+                    v += base[c]
+                acc[r, c] = v if has[r, c] else 0
+            n_scores[r] = c_out
+            continue
+        # CLASSIFIER_N
+        if c_out > 2:
+            best = -1
+            for c in range(min(nbase, c_out)):
+                if not has[r, c]:
+                    has[r, c] = True
+                    acc[r, c] = base[c]
+                else:
+                    acc[r, c] += base[c]
+            for c in range(c_out):
+                if has[r, c] and (best == -1 or acc[r, c] > acc[r, best]):
+                    best = c
+                if not has[r, c]:
+                    acc[r, c] = 0
+            label[row] = labels[best] if best >= 0 else labels[0]
+            n_scores[r] = c_out
+            continue
+        k = 2
+        extra = -1  # onnxruntime's write_additional_scores
+        if nbase == 2:
+            if has[r, 1]:
+                acc[r, 1] = base[1] + acc[r, 0]
+                acc[r, 0] = -acc[r, 1]
             else:
-                s[c] += base[c]
-        for c in range(c_out):
-            if has[r, c] and (best == -1 or s[c] > s[best]):
-                best = c
-            if not has[r, c]:
-                s[c] = 0
-        label[row] = labels[best] if best >= 0 else labels[0]
-        _transform(s, c_out, post, z, row)
-        return
-    k = 2
-    extra = -1  # onnxruntime's write_additional_scores
-    if nbase == 2:
-        if has[r, 1]:
-            s[1] = base[1] + s[0]
-            s[0] = -s[1]
+                acc[r, 1] += base[1]
+                acc[r, 0] += base[0]
+        elif nbase == 1:
+            acc[r, 0] += base[0]
+            if not has[r, 1]:
+                k = 1
         else:
-            s[1] += base[1]
-            s[0] += base[0]
-    elif nbase == 1:
-        s[0] += base[0]
-        if not has[r, 1]:
-            k = 1
-    else:
-        extra = 3
-        if not has[r, 1]:
-            k = 1
-    if k == 2 and has[r, 1]:
-        pos = s[1]
-    elif has[r, 0]:
-        pos = s[0]
-    else:
-        pos = s[0] * 0
-    lab, e = _binary_label(pos, binary_case, all_positive, labels)
-    label[row] = lab
-    if e >= 0:
-        extra = e
-    if k == 2:
-        for c in range(2):
-            if not has[r, c]:
-                s[c] = 0
-        _transform(s, 2, post, z, row)
-        return
-    # one score: onnxruntime writes the second from the rule that picked the label, or leaves it unwritten
-    # (the output's fresh memory; 0 here)
-    v = s[0]
-    if post == PROBIT:
-        z[row, 0] = probit(v)
-        z[row, 1] = 0.0
-    elif extra >= 0 and post == LOGISTIC:
-        z[row, 0] = _logistic(-v)
-        z[row, 1] = _logistic(v)
-    elif extra == 0 or extra == 1:
-        z[row, 0] = 1.0 - v
-        z[row, 1] = v
-    elif extra == 2 or extra == 3:
-        z[row, 0] = -v
-        z[row, 1] = v
-    else:
-        z[row, 0] = v
-        z[row, 1] = 0.0
-
-
-@njit(cache=True, nogil=True)
-def _binary_label(pos, binary_case, all_positive, labels):
-    """(label, write_additional_scores) of onnxruntime's _set_score_binary for the positive score `pos`."""
-    if binary_case:
-        if all_positive:
-            return (labels[1], 0) if pos > 0.5 else (labels[0], 1)
-        return (labels[1], 2) if pos > 0 else (labels[0], 3)
-    return (np.int64(1), -1) if pos > 0 else (np.int64(0), -1)
+            extra = 3
+            if not has[r, 1]:
+                k = 1
+        if k == 2 and has[r, 1]:
+            pos = acc[r, 1]
+        elif has[r, 0]:
+            pos = acc[r, 0]
+        else:
+            pos = acc[r, 0] * 0
+        # onnxruntime's _set_score_binary: the label, and how the second score is written (extra)
+        if binary_case:
+            if all_positive:
+                lab, e = (labels[1], 0) if pos > 0.5 else (labels[0], 1)
+            else:
+                lab, e = (labels[1], 2) if pos > 0 else (labels[0], 3)
+        else:
+            lab, e = (np.int64(1), -1) if pos > 0 else (np.int64(0), -1)
+        label[row] = lab
+        if e >= 0:
+            extra = e
+        if k == 2:
+            for c in range(2):
+                if not has[r, c]:
+                    acc[r, c] = 0
+            n_scores[r] = 2
+            continue
+        # one score: onnxruntime writes the second from the rule that picked the label, or leaves it unwritten
+        # (the output's fresh memory; 0 here)
+        v = acc[r, 0]
+        if post == PROBIT:
+            z[row, 0] = probit(v)
+            z[row, 1] = 0.0
+        elif extra >= 0 and post == LOGISTIC:
+            z[row, 0] = _logistic(-v)
+            z[row, 1] = _logistic(v)
+        elif extra == 0 or extra == 1:
+            z[row, 0] = 1.0 - v
+            z[row, 1] = v
+        elif extra == 2 or extra == 3:
+            z[row, 0] = -v
+            z[row, 1] = v
+        else:
+            z[row, 0] = v
+            z[row, 1] = 0.0
+    _transform(acc, n_scores, nb, post, z, b0)
 
 
 @njit(cache=True, nogil=True)
@@ -273,11 +280,10 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
     c_out = lval.shape[1]
     acc = np.zeros((block, c_out), lval.dtype)
     has = np.zeros((block, c_out), np.bool_)
-    s = np.zeros(max(c_out, 2), lval.dtype)
+    n_scores = np.empty(block, np.int64)  # per row of a block: the scores _finalize leaves to _transform
     cur = np.empty(block, np.uint32)  # each lane's node
     lane_off = np.empty(block, np.uint32)  # where each lane's row starts in xf
     lane_row = np.zeros(block, np.int64)  # each lane's row in the block
-    nbase = base.shape[0]
     r0, r1 = u0 * block, min(x.shape[0], u1 * block)
     u1, u2, u3, u4 = np.uint32(1), np.uint32(2), np.uint32(3), np.uint32(4)
     for b0 in range(r0, r1, block):
@@ -385,6 +391,5 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
                     if track_has:
                         for c in range(c_out):
                             has[r, c] |= lhas[sl, c]
-        for r in range(nb):
-            _finalize(kind, agg, post, n_trees, acc, has, r, base, nbase, binary_case, all_positive, labels, s, z,
-                      b0 + r, label)
+        _finalize(kind, agg, post, n_trees, acc, has, nb, base, binary_case, all_positive, labels, n_scores, z, b0,
+                  label)
