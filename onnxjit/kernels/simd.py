@@ -1,6 +1,6 @@
 """Explicit float32 vectors for njit kernels: `F32V`, a vector of LANES float32 values held in registers, and the
 few operations a register-tiled GEMM, a vector dot product, channels-last pooling and a depthwise conv's rows need
-(`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`, `vmax`, `vsum`, `vtranspose`; the masked `vload_cols`,
+(`vload`, `vstore`, `vsplat`, `vfma`, `vclamp`, `vmax`, `vmin`, `vsum`, `vtranspose`; the masked `vload_cols`,
 `vload_even_cols` and `vstore_first` with their `columns` masks), and `to_planes`, a channels-last tile back to
 NCHW.
 
@@ -291,6 +291,18 @@ def vmax(typingctx, a, b):
 
     def codegen(context, builder, sig, args):
         return builder.select(builder.fcmp_ordered(">", args[1], args[0]), args[1], args[0])
+
+    return F32V(a, b), codegen
+
+
+@intrinsic
+def vmin(typingctx, a, b):
+    """b where b < a, else a, in each lane (as vmax: a NaN in b is passed over)."""
+    if not (a == b == F32V):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return builder.select(builder.fcmp_ordered("<", args[1], args[0]), args[1], args[0])
 
     return F32V(a, b), codegen
 

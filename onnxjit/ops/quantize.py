@@ -244,18 +244,30 @@ for _v in (10, 13, 19, 21, 23, 24, 25):
     register_op("DequantizeLinear", since=_v)(build_dequantize_linear)
 
 
+def dynamic_quantization(x):
+    """DynamicQuantizeLinear's (float32 scale, uint8 zero point) of float32 x."""
+    scale, zp = kq.dynamic_quantization(np.ascontiguousarray(x))
+    return np.float32(scale), np.uint8(zp)
+
+
 @register_op("DynamicQuantizeLinear", since=11)
 def build_dynamic_quantize_linear(node):
-    """uint8 y, its scale and zero point from x's range extended to include 0 (contrib.microsoft.quantized's
-    dynamic_quantization, onnxruntime's formula)."""
+    """uint8 y, its scale and zero point from x's range extended to include 0 (dynamic_quantization, onnxruntime's
+    formula). y is quantized as DynamicQuantizeMatMul quantizes its A: kq.quantize_pack_rows over x's rows, into
+    rows of x's own width with no offset (the plain layout)."""
     if _elem(node, 0) != TP.FLOAT:
         return None
-    quantize = _quantize_kernel("DynamicQuantizeLinear", TP.UINT8, True, 1, 0)
 
     def run(x):
-        scale, zp = ms.dynamic_quantization(x)
-        scale_arr, zp_arr = np.array(scale, np.float32), np.array(zp, np.uint8)
-        return (quantize(x, scale_arr, zp_arr)[0], scale_arr, zp_arr)
+        x = np.ascontiguousarray(x, np.float32)
+        scale, zp = dynamic_quantization(x)
+        y = np.empty(x.shape, np.uint8)
+        k = x.shape[-1] if x.ndim else 1
+        m = x.size // k if k else 0
+        if m:
+            run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, k)), scale, np.float32(zp), 0, y.reshape(1, m, k),
+                                              np.empty((1, m), np.int32)), m, 4 * x.size)
+        return (y, np.array(scale, np.float32), np.array(zp, np.uint8))
     return run
 
 
@@ -504,7 +516,7 @@ class ConstantBProducts:
         if type(x) is not np.ndarray or x.ndim < 2 or x.dtype != np.float32:
             return None
         call = self._call(x.shape, np.dtype(np.uint8), np.float32)
-        scale, zp = ms.dynamic_quantization(x)
+        scale, zp = dynamic_quantization(x)
         at, rowsum = self._a_buffers(call)
         run_units(kq.quantize_pack_rows, (ro_reshaped(x, (call.m, x.shape[-1])), np.float32(scale), np.float32(zp),
                                           call.a_offset, at, rowsum), at.shape[1], 4 * x.size)
@@ -974,7 +986,7 @@ def build_dynamic_quantize_matmul(node):
             y = prepared.run_quantizing(a, col_bias)
             if y is not None:
                 return (y,)
-        scale, zp = ms.dynamic_quantization(a)
+        scale, zp = dynamic_quantization(a)
         qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
         return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, col_bias),)
     return run

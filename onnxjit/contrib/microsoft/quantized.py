@@ -330,11 +330,12 @@ class MatMulIntegerToFloat(OpRun):
 
 
 def dynamic_quantization(x: np.ndarray):
-    """(scale, zero point) of DynamicQuantizeLinear for float32 x: its range extended to include 0 over 255 steps
-    (a scale of 1 where the range is empty), zero point rint(-min / scale) saturated to uint8 (onnxruntime's
-    formula, in float32)."""
-    lo = np.float32(min(0.0, float(x.min()))) if x.size else np.float32(0)
-    hi = np.float32(max(0.0, float(x.max()))) if x.size else np.float32(0)
+    """(scale, zero point) of DynamicQuantizeLinear for float32 x: its range extended to include 0 (NaN passed
+    over, as onnxruntime passes it) over 255 steps (a scale of 1 where the range is empty), zero point
+    rint(-min / scale) saturated to uint8 (onnxruntime's formula, in float32; kernels.quantize.dynamic_quantization
+    is the CPU provider's)."""
+    lo = np.float32(np.fmin.reduce(x, axis=None, initial=0.0))
+    hi = np.float32(np.fmax.reduce(x, axis=None, initial=0.0))
     scale = np.float32(1.0) if hi == lo else np.float32((hi - lo) / np.float32(255))
     zp = np.rint(min(max(np.float32(0) - lo / scale, np.float32(0)), np.float32(255)))
     return scale, np.uint8(zp)
