@@ -43,7 +43,7 @@ from onnxjit.cache.jit import njit
 from onnxjit.kernels import amx
 from onnxjit.kernels.amx import tile_config, tile_dot_u8s8, tile_load, tile_release, tile_store, tile_zero
 from onnxjit.kernels.conv import im2col_row
-from onnxjit.kernels.simd import HAS_AVX512, LANES, F32V, vload, vmax, vmin, vsplat, vstore
+from onnxjit.kernels.simd import HAS_AVX512, LANES, vload, vmax, vmin, vsplat, vstore
 from onnxjit.kernels.views import u64 as _u
 
 _FEATURES = llvm.get_host_cpu_features().flatten().split(",")
