@@ -306,7 +306,7 @@ def _if_else_source(ens):
     def emit(n, indent):
         pad = " " * indent
         if nodes[n, 2] == n:  # a leaf
-            lines.append(f"{pad}acc += np.float32({float(ens.lval[ens.slot[n], 0])!r})")
+            lines.append(f"{pad}acc += np.float32({float(ens.lval[nodes[n, 1], 0])!r})")  # its row of lval
             return
         lines.append(f"{pad}if x[r, {nodes[n, 0] >> 1}] <= np.float32({float(thr[n])!r}):")
         emit(int(nodes[n, 2]), indent + 4)
@@ -334,8 +334,8 @@ def designs(names):
                                                                            k.REGRESSOR_1, k.NONE]
         params[k.P_MISSING] = ens.has_missing
         params[k.P_REFILL] = ens.refill
-        args = (ens.nodes.reshape(-1), ens.nodes.view(np.float32).reshape(-1), ens.slot, ens.aux, ens.members,
-                ens.trees, ens.lval, ens.lhas, np.zeros(0, np.float32), np.zeros(1, np.int64), params)
+        args = (ens.nodes.reshape(-1), ens.nodes.view(np.float32).reshape(-1), ens.aux, ens.members, ens.trees,
+                ens.lval, ens.lhas, np.zeros(0, np.float32), np.zeros(1, np.int64), params)
         z = np.empty((ROWS, 1), np.float32)
         label = np.empty(ROWS, np.int64)
 

@@ -5,8 +5,10 @@ The arrays, one record per node of every tree (the trees' nodes side by side):
   nodes[4n: 4n + 4]  (feature << 1 | missing_tracks_true, threshold bits, true child, false child), int32
                      records for float32 thresholds, int64 for float64 ones; `thr` is the same memory viewed as
                      the thresholds' dtype, so one 16- or 32-byte record holds all a step reads. A leaf names
-                     itself as both children: walking past a leaf stays on it, which the lockstep walk relies on.
-  slot[n]            a leaf's row in lval/lhas (its aggregated weight per target, and whether it has one)
+                     itself as both children: walking past a leaf stays on it, which the lockstep walk relies on;
+                     its threshold word holds its row in lval/lhas (its aggregated weight per target, and whether
+                     it has one), read from the record the walk ends on (a separate array of rows, 4 MB for the
+                     extra-trees, cost a cache miss per tree)
   aux[n]             (mode, first member, end of members): read only when the ensemble mixes modes or has set
                      membership (`same_mode` MIXED), or has EQ nodes among LEQ ones (LEQ_EQ: a loop of its own,
                      LightGBM's categorical splits; through MIXED's, lgb_cat ran 1.6x onnxruntime's time)
@@ -256,13 +258,12 @@ def _walk_row(xf, o, nodes, thr, trees, missing, aux, with_eq):
 
 
 @njit(cache=True, nogil=True)
-def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, params, z, label, u0, u1):
+def predict(x, nodes, thr, aux, members, trees, lval, lhas, base, labels, params, z, label, u0, u1):
     """Scores z[r] (float32 [N, outputs]) and labels label[r] (int64, classifiers) of the rows of x in the blocks
     [u0, u1) of params[P_BLOCK] rows (x [N, F] C-contiguous, in the compare dtype). nodes: [4 * n] records (fc,
-    threshold bits, true child, false
-    child), int32 for float32 thresholds and int64 for float64 ones, and thr the same memory viewed as the
-    thresholds' dtype (one record, 16 or 32 bytes, holds all a step reads); slot: each leaf's row of lval;
-    trees: int32 [T, 2] (root, depth); params: the P_* settings.
+    threshold bits or a leaf's row of lval, true child, false child), int32 for float32 thresholds and int64 for
+    float64 ones, and thr the same memory viewed as the thresholds' dtype (one record, 16 or 32 bytes, holds all a
+    step reads); trees: int32 [T, 2] (root, depth); params: the P_* settings.
 
     Lanes walk in lockstep: a block of rows through one tree, or for a single row, a group of `block` trees at
     once (otherwise its walk is one chain of dependent loads, a cache miss each on a big forest). Everything is
@@ -368,24 +369,35 @@ def predict(x, nodes, thr, slot, aux, members, trees, lval, lhas, base, labels, 
                         if missing and (f & 1) == 1 and v != v:
                             ok = True
                         cur[i] = np.uint32(nodes[q + (u2 if ok else u3)])
-            # the leaves, lane by lane (in tree order for a single row, as onnxruntime sums)
+            # the leaves, lane by lane (in tree order for a single row, as onnxruntime sums); a leaf's row of lval
+            # is in its record (the threshold's word), which the walk has just read
             if agg == MIN or agg == MAX:
                 for i in range(lanes):
                     r = lane_row[i]
-                    sl = slot[cur[i]]
+                    sl = np.uint32(nodes[u4 * cur[i] + u1])
                     for c in range(c_out):
                         if lhas[sl, c]:
                             w = lval[sl, c]
                             if not has[r, c] or (w < acc[r, c] if agg == MIN else w > acc[r, c]):
                                 acc[r, c] = w
                             has[r, c] = True
+            elif single:  # one row: each score summed in a register (through acc, each add waited on the last)
+                for c in range(c_out):
+                    v = acc[0, c]
+                    h = has[0, c]
+                    for i in range(lanes):
+                        sl = np.uint32(nodes[u4 * cur[i] + u1])
+                        v += lval[sl, c]  # 0 where the leaf has no weight for c
+                        h |= lhas[sl, c]
+                    acc[0, c] = v
+                    has[0, c] = h
             elif c_out == 1:
                 for i in range(lanes):
-                    acc[lane_row[i], 0] += lval[slot[cur[i]], 0]
+                    acc[lane_row[i], 0] += lval[np.uint32(nodes[u4 * cur[i] + u1]), 0]
             else:
                 for i in range(lanes):
                     r = lane_row[i]
-                    sl = slot[cur[i]]
+                    sl = np.uint32(nodes[u4 * cur[i] + u1])
                     for c in range(c_out):
                         acc[r, c] += lval[sl, c]  # 0 where the leaf has no weight for c
                     if track_has:

@@ -395,7 +395,7 @@ class Ensemble:
         self.nodes[:, 0] = (feats << 1) | missing
         self.nodes[:, 2:4] = child
         self.nodes.view(dtype)[:, 1] = thr
-        self.slot = slot.astype(np.int32)
+        self.nodes[leaves, 1] = slot[leaves]  # a leaf's threshold word: its row of lval (the kernel's docstring)
         self.has_missing = bool(np.any(missing))
         branch_modes = np.unique(modes[~leaf])
         self.same_mode = int(branch_modes[0]) if branch_modes.size == 1 and branch_modes[0] < k.MEMBER else \
@@ -481,14 +481,14 @@ def _runner(node, ens: Ensemble, post, agg, base, binary_case, string_labels, ou
     params[k.P_POSITIVE] = ens.weights_positive
     params[k.P_REFILL] = ens.refill
     base = np.ascontiguousarray(base, dtype)
-    args = (ens.nodes.reshape(-1), ens.nodes.view(dtype).reshape(-1), ens.slot, ens.aux, ens.members, ens.trees,
-            ens.lval, ens.lhas, base, ens.labels, params)
+    args = (ens.nodes.reshape(-1), ens.nodes.view(dtype).reshape(-1), ens.aux, ens.members, ens.trees, ens.lval,
+            ens.lhas, base, ens.labels, params)
     c_out = ens.lval.shape[1]
     work_per_row = ens.n_nodes_walked * 4 + c_out
     need = ens.n_features
     label_of = node.label
     # X always read-only and C-contiguous in the compare dtype: one argument type for the call site (no type
-    # dispatch of fourteen arguments, ~1.5 us a batch-1 run) and for a native segment's call (`native`)
+    # dispatch of thirteen arguments, ~1.5 us a batch-1 run) and for a native segment's call (`native`)
     site = CallSite(k.predict)
 
     def run(x):
