@@ -376,8 +376,11 @@ def _independent(outputs: list[Any], feeds: dict[str, Any]) -> list[Any]:
             for f in feeds.values():
                 if type(f) is np.ndarray:
                     seen.add(id(f) if f.base is None else _owner_key(f)[0])
-        if o.base is None:  # (the common case inline: an array numpy allocated)
+        base = o.base
+        if base is None:  # (the common cases inline: an array numpy allocated, one Numba allocated)
             key, owned = id(o), True
+        elif type(base) is MemInfo and base.parent is None:
+            key, owned = base.data, True
         else:
             key, owned = _owner_key(o)
         if key in seen or not o.flags.writeable or not owned and (
