@@ -190,7 +190,8 @@ def test_dequantize_sub_byte_and_float8(dtype, zp):
 
 
 # --- DynamicQuantizeLinear --------------------------------------------------------------------------------------
-@pytest.mark.parametrize("shape", [(3, 7), (5, 77)])  # within one vector of kq.value_range, and past several
+# within one vector of kq.value_range, past several, and one long row (quantized in rows of a quarter of it)
+@pytest.mark.parametrize("shape", [(3, 7), (5, 77), (1, 4096)])
 @pytest.mark.parametrize("values", ["mixed", "positive", "negative", "zeros", "nan"])
 def test_dynamic_quantize_linear(values, shape):
     x = (_rng().standard_normal(shape) * 4).astype(np.float32)

@@ -264,6 +264,8 @@ def build_dynamic_quantize_linear(node):
         y = np.empty(x.shape, np.uint8)
         k = x.shape[-1] if x.ndim else 1
         m = x.size // k if k else 0
+        while m < 16 and k % 2 == 0 and k >= 2048:  # a few long rows: halved, so the threads share them (y's
+            m, k = 2 * m, k // 2                       # plain layout takes x's values in rows of any width)
         if m:
             run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, k)), scale, np.float32(zp), 0, y.reshape(1, m, k),
                                               np.empty((1, m), np.int32)), m, 4 * x.size)
