@@ -174,9 +174,12 @@ class Calibrator:
         try:
             hist, edges = np.histogram(data, bins, range=(-t, t))
         except ValueError as e:  # (onnxruntime's calibrator fails the same way, with numpy's message alone)
+            # every input and output of the op types to quantize is calibrated, whatever nodes_to_exclude says
+            # (as in onnxruntime's calibrator): what helps is MinMax, or leaving those op types out
+            op_types = sorted({n.op_type for n in self.model.graph.node if name in n.input or name in n.output})
             raise ValueError(f"onnxjit.quantization: {self.method.name} calibration cannot histogram tensor "
-                             f"{name!r}: its values span [{lo}, {hi}] ({e}); exclude its node (nodes_to_exclude) or "
-                             f"calibrate with MinMax") from e
+                             f"{name!r}: its values span [{lo}, {hi}] ({e}); calibrate with MinMax, or leave the op "
+                             f"types that read or write it ({', '.join(op_types)}) out of op_types_to_quantize") from e
         if self.method == CalibrationMethod.Entropy:
             low, high = entropy_threshold(hist, edges, ENTROPY_QUANTIZED_BINS)
             low, high = max(low, lo), min(high, hi)
