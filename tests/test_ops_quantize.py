@@ -548,6 +548,8 @@ def test_matmul_integer_to_float_and_dynamic_quantize_matmul():
     inputs = [("a", af, False), ("b", b, True), ("sb", b_scale, True), ("zb", np.zeros(10, np.int8), True),
               ("bias", bias, True)]
     _check_both(_ms_model("DynamicQuantizeMatMul", inputs, TP.FLOAT), {"a": af})
+    inputs[1] = ("b", b, False)  # B fed: A quantized on its own (no prepared product)
+    _check_both(_ms_model("DynamicQuantizeMatMul", inputs, TP.FLOAT), {"a": af, "b": b})
 
 
 @pytest.mark.parametrize("a_type", [np.uint8, np.int8])

@@ -250,25 +250,31 @@ def dynamic_quantization(x):
     return np.float32(scale), np.uint8(zp)
 
 
+def dynamic_quantize(x):
+    """DynamicQuantizeLinear of float32 x: (uint8 y, float32 scale, uint8 zero point), the scale and zero point from
+    x's range extended to include 0 (dynamic_quantization, onnxruntime's formula). y is quantized as
+    DynamicQuantizeMatMul quantizes its A: kq.quantize_pack_rows over x's rows, into rows of x's own width with no
+    offset (the plain layout)."""
+    x = np.ascontiguousarray(x, np.float32)
+    scale, zp = dynamic_quantization(x)
+    y = np.empty(x.shape, np.uint8)
+    k = x.shape[-1] if x.ndim else 1
+    m = x.size // k if k else 0
+    while m < 16 and k % 2 == 0 and k >= 2048:  # a few long rows: halved, so the threads share them (y's plain
+        m, k = 2 * m, k // 2                       # layout takes x's values in rows of any width)
+    if m:
+        run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, k)), scale, np.float32(zp), 0, y.reshape(1, m, k),
+                                          np.empty((1, m), np.int32)), m, 4 * x.size)
+    return y, scale, zp
+
+
 @register_op("DynamicQuantizeLinear", since=11)
 def build_dynamic_quantize_linear(node):
-    """uint8 y, its scale and zero point from x's range extended to include 0 (dynamic_quantization, onnxruntime's
-    formula). y is quantized as DynamicQuantizeMatMul quantizes its A: kq.quantize_pack_rows over x's rows, into
-    rows of x's own width with no offset (the plain layout)."""
     if _elem(node, 0) != TP.FLOAT:
         return None
 
     def run(x):
-        x = np.ascontiguousarray(x, np.float32)
-        scale, zp = dynamic_quantization(x)
-        y = np.empty(x.shape, np.uint8)
-        k = x.shape[-1] if x.ndim else 1
-        m = x.size // k if k else 0
-        while m < 16 and k % 2 == 0 and k >= 2048:  # a few long rows: halved, so the threads share them (y's
-            m, k = 2 * m, k // 2                       # plain layout takes x's values in rows of any width)
-        if m:
-            run_units(kq.quantize_pack_rows, (ro_reshaped(x, (m, k)), scale, np.float32(zp), 0, y.reshape(1, m, k),
-                                              np.empty((1, m), np.int32)), m, 4 * x.size)
+        y, scale, zp = dynamic_quantize(x)
         return (y, np.array(scale, np.float32), np.array(zp, np.uint8))
     return run
 
@@ -975,7 +981,6 @@ def build_dynamic_quantize_matmul(node):
             or not _same_elem(node, ((1, 3),)):
         return None
     packed_b = ConstantDerived(constant_input(node, 1), _as_matrices)
-    quantize = _quantize_kernel("DynamicQuantizeMatMul", TP.UINT8, True, 1, 0)
     prepared = ConstantBProducts("DynamicQuantizeMatMul", packed_b,
                                  constant_input(node, 3) if _present(node, 3) else None, constant_input(node, 2))
 
@@ -988,8 +993,7 @@ def build_dynamic_quantize_matmul(node):
             y = prepared.run_quantizing(a, col_bias)
             if y is not None:
                 return (y,)
-        scale, zp = dynamic_quantization(a)
-        qa = quantize(a, np.array(scale, np.float32), np.array(zp, np.uint8))[0]
+        qa, scale, zp = dynamic_quantize(a)
         return (_float_product(op, qa, zp, b, 0 if b_zp is None else b_zp, packed_b, scale, b_scale, col_bias),)
     return run
 
