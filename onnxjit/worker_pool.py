@@ -332,6 +332,12 @@ def launch_signature(argtys: tuple, state) -> tuple:
     return typeof(state), types.Tuple(argtys), types.int64, types.int64, types.int64, types.int64
 
 
+def compile_launcher(kernel_argtypes: tuple) -> None:
+    """Compile (or load) `_launch` for a kernel of argument types `kernel_argtypes` (its range of units left out),
+    ahead of the kernel's first launch (deferred_compile: what a first run deferred is ready to run in parallel)."""
+    compile_launch(launch_signature(tuple(kernel_argtypes), np.zeros(_STATE_SIZE, dtype=np.int64)))
+
+
 def compile_launch(launch_sig: tuple):
     """`_launch`'s compiled wrapper for `launch_sig` (compiled, or loaded from Numba's cache, on first use)."""
     if launch_sig not in _launch.overloads:

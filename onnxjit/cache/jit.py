@@ -16,6 +16,7 @@ Tests: tests/test_cache.py runs models in a new process over a warm cache with t
 from __future__ import annotations
 
 import hashlib
+import threading
 
 import numba
 from numba.core import caching, sigutils, typeinfer
@@ -23,7 +24,9 @@ from numba.core.dispatcher import Dispatcher
 
 from onnxjit.cache import parallel_compile
 
-__all__ = ["njit", "KernelCache", "KeyedDataCacheFile"]
+__all__ = ["njit", "KernelCache", "KeyedDataCacheFile", "load_cached"]
+
+_probe = threading.local()  # .active: load_cached's compile call, which must only load
 
 
 def _prepare_runtime(target_context) -> None:
@@ -63,6 +66,8 @@ class KernelCache(caching.FunctionCache):
     def load_overload(self, sig, target_context):
         _prepare_runtime(target_context)
         cres = self._load_checked(sig, target_context)
+        if cres is None and getattr(_probe, "active", False):
+            raise _NotCached
         if cres is None and parallel_compile.wait_for_helper(self._py_func, sig):
             cres = self._load_checked(sig, target_context)  # a helper was compiling it: its code, if it finished
         if cres is None:
@@ -77,6 +82,27 @@ class KernelCache(caching.FunctionCache):
         if cres is not None and tuple(cres.signature.args) != tuple(sigutils.normalize_signature(sig)[0]):
             return None
         return cres
+
+
+class _NotCached(Exception):
+    pass
+
+
+def load_cached(dispatcher, argtypes: tuple) -> bool:
+    """Whether `dispatcher` has code for `argtypes`: compiled in this process, or in its disk cache (loaded now, as
+    a call would). Never compiles: a miss is False (a dispatcher without a KernelCache has only what it compiled)."""
+    if tuple(argtypes) in dispatcher.overloads:
+        return True
+    if not isinstance(getattr(dispatcher, "_cache", None), KernelCache):
+        return False
+    _probe.active = True
+    try:
+        dispatcher.compile(tuple(argtypes))  # Numba's own path for a cache hit; a miss raises _NotCached
+        return True
+    except _NotCached:
+        return False
+    finally:
+        _probe.active = False
 
 
 def njit(signature_or_function=None, **options):

@@ -68,6 +68,7 @@ WAIT_POLL_SECONDS = 0.02
 WAIT_LIMIT_SECONDS = 600.0  # a helper's compile taking longer than this is compiled by the session too
 
 _armed = threading.local()  # .first_run: the FirstRun whose run is on this thread, if any
+_recording = threading.local()  # .recorder: the _Recorder of a helper's recording run on this thread, if any
 
 
 def usable_cores() -> int:
@@ -113,16 +114,27 @@ def wait_for_helper(py_func, argtypes) -> bool:
     the helper's meet, up to the largest kernel's time); True when there was one to wait for (the cache then
     holds its code, unless the helper failed)."""
     first_run = getattr(_armed, "first_run", None)
-    directory = first_run._dir if first_run is not None else None
-    if directory is None:
-        return False
-    marker = os.path.join(directory, COMPILING, compiling_marker(py_func, argtypes))
-    if not os.path.exists(marker):
-        return False
-    deadline = time.monotonic() + WAIT_LIMIT_SECONDS
-    while os.path.exists(marker) and time.monotonic() < deadline and first_run.helpers_alive():
-        time.sleep(WAIT_POLL_SECONDS)
-    return True
+    return first_run is not None and first_run.wait_for_marker(compiling_marker(py_func, argtypes))
+
+
+def armed_first_run() -> FirstRun | None:
+    """The FirstRun whose run is on this thread, if any."""
+    return getattr(_armed, "first_run", None)
+
+
+def recording() -> bool:
+    """Whether a helper's recording run is on this thread."""
+    return getattr(_recording, "recorder", None) is not None
+
+
+def note_deferred(kernel, argtypes: tuple, job: Callable[[], Any]) -> None:
+    """In a helper's recording run: `kernel` for `argtypes`, deferred by the run (deferred_compile), to compile
+    (`job`) after the helper's share of the run's kernels."""
+    recorder = _recording.recorder
+    key = ("deferred", kernel, argtypes)
+    if key not in recorder._seen:
+        recorder._seen.add(key)
+        recorder.deferred.append((compiling_marker(kernel.py_func, argtypes), job))
 
 
 def cache_missed() -> None:
@@ -144,10 +156,11 @@ class FirstRun:
         self._job: tuple[Any, dict] | None = job
         self._feeds: Any = None
         self._lock = threading.Lock()  # start's timer thread against stop
-        self._started = self._stopped = False
+        self._started = self._stopped = self._run_over = False
         self._timer: threading.Timer | None = None
         self._procs: list[subprocess.Popen] = []
         self._dir: str | None = None
+        self.deferred: dict = {}  # (kernel, argument types) -> [on_ready] the run deferred (deferred_compile)
 
     @contextlib.contextmanager
     def armed(self, feeds: dict):
@@ -158,7 +171,15 @@ class FirstRun:
             yield
         finally:
             _armed.first_run = None
-            self.stop()
+            if self.deferred:  # compiled in the background, the helpers helping; stopped after
+                from onnxjit.cache import deferred_compile
+                with self._lock:  # helpers not started by now are not worth starting
+                    self._run_over = True
+                    if self._timer is not None:
+                        self._timer.cancel()
+                deferred_compile.compile_in_background(self)
+            else:
+                self.stop()
 
     def start(self) -> None:
         """At a cache miss: the helpers start `delay` seconds later, unless the run has ended by then (a model
@@ -173,7 +194,7 @@ class FirstRun:
 
     def _spawn(self) -> None:
         with self._lock:
-            if self._stopped:
+            if self._stopped or self._run_over:
                 return
             try:
                 self._write_job()
@@ -201,6 +222,26 @@ class FirstRun:
 
     def helpers_alive(self) -> bool:
         return any(proc.poll() is None for proc in self._procs)
+
+    def wait_for_marker(self, marker: str) -> bool:
+        """While a helper is compiling the signature `marker` names (its marker file exists), wait for it; True
+        when there was one to wait for."""
+        directory = self._dir
+        if directory is None:
+            return False
+        path = os.path.join(directory, COMPILING, marker)
+        if not os.path.exists(path):
+            return False
+        deadline = time.monotonic() + WAIT_LIMIT_SECONDS
+        while os.path.exists(path) and time.monotonic() < deadline and self.helpers_alive():
+            time.sleep(WAIT_POLL_SECONDS)
+        return True
+
+    def claim(self, marker: str) -> str | None:
+        """Claim the compile of the signature `marker` names against the helpers: the marker file made here (remove
+        it when done), None where a helper holds it, "" where there is no job folder (no helpers to share with)."""
+        directory = self._dir
+        return _claim(directory, marker) if directory is not None else ""
 
     def _write_job(self) -> None:
         """The job's files in a new temporary folder (self._dir), unless the inputs are too large to hand over."""
@@ -260,6 +301,7 @@ class _Recorder:
 
     def __init__(self):
         self.jobs: list[tuple[str | None, Callable[[], Any]]] = []  # (compiling_marker or None, job)
+        self.deferred: list[tuple[str, Callable[[], Any]]] = []  # the kernels the run deferred (note_deferred)
         self._seen: set = set()
 
     def _note(self, key, job, marker=None) -> None:
@@ -307,9 +349,11 @@ class _Recorder:
 
         Dispatcher._compile_for_args, worker_pool._launcher, KernelStore.load = \
             skip_compile, note_launcher, note_generated
+        _recording.recorder = self
         try:
             yield self
         finally:
+            _recording.recorder = None
             Dispatcher._compile_for_args, worker_pool._launcher, KernelStore.load = \
                 compile_for_args, launcher, store_load
 
@@ -401,6 +445,32 @@ def helper_main(directory: str, index: str, count: str) -> None:
             if marked:
                 with contextlib.suppress(OSError):
                     os.remove(marked)
+    # then the kernels the run deferred, from the front (the session's own thread takes them from the back): each
+    # claimed first, and one the session (or another helper) has claimed left to it
+    for marker, compile_job in recorder.deferred[index::count]:
+        if os.getppid() != parent:
+            return
+        claimed = _claim(directory, marker)
+        if not claimed:
+            continue
+        try:
+            compile_job()
+        except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
+            _report()
+        finally:
+            with contextlib.suppress(OSError):
+                os.remove(claimed)
+
+
+def _claim(directory: str, marker: str) -> str | None:
+    """The marker file of a compile, made here only if no process holds it (O_EXCL): its path, or None."""
+    try:
+        os.makedirs(os.path.join(directory, COMPILING), exist_ok=True)
+        path = os.path.join(directory, COMPILING, marker)
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        return path
+    except OSError:
+        return None
 
 
 def _mark(directory: str, marker: str | None) -> str | None:

@@ -20,6 +20,7 @@ import numpy as np
 from onnx import TensorProto
 
 from onnxjit import contrib
+from onnxjit.cache import deferred_compile
 from onnxjit.contrib.fused import ACTIVATION_PARAM_COUNTS
 from onnxjit.kernels import conv as kconv
 from onnxjit.kernels import linalg as klinalg
@@ -384,8 +385,10 @@ def build_conv(node):
                                      lambda w: _packed_weights(w.reshape(group, w.shape[0] // group, -1)))
     broadcast_weights = ConstantDerived(constant_input(node, 1), kconv.broadcast_weight_vectors)
 
-    def plan(xs, ws, itemsize):
-        key = (xs, ws, itemsize)
+    def plan(xs, ws, itemsize, general=False):
+        """The conv's geometry and kernel choice for these shapes; `general`: the im2col + packed-GEMM kernel
+        (conv_packed) whatever the shapes, for a float32 2-D conv whose own kernel is deferred (DEFERRABLE)."""
+        key = (xs, ws, itemsize, general)
         p = cache.get(key)
         if p is not None:
             return p
@@ -408,29 +411,29 @@ def build_conv(node):
         if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
             mode = "empty"
             tile_rows = m_blocks = units = 0
-        elif _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
+        elif not general and _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
             mode = "winograd"
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
-        elif (itemsize == 4 and r == 2 and group == xs[1] == m_out
+        elif (not general and itemsize == 4 and r == 2 and group == xs[1] == m_out
               and (s3[2] > 2 or out[1] * fill[1] < LANES * fill[0])):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
-        elif (itemsize == 4 and r == 2 and group == 1 and cg <= ROWS_CONV_MAX_CHANNELS and kk > cg
+        elif (not general and itemsize == 4 and r == 2 and group == 1 and cg <= ROWS_CONV_MAX_CHANNELS and kk > cg
               and m_out <= LANES and s3[2] <= 2 and out[1] >= LANES):
             mode = "rows"
             tile_rows, m_blocks = ROWS_CONV_TILE_ROWS, 1
             units = n_img * -(-out[0] // tile_rows)
-        elif itemsize == 4 and r == 2 and group == 1 and not pointwise and kk > cg:
+        elif not general and itemsize == 4 and r == 2 and group == 1 and not pointwise and kk > cg:
             # (a strided 1x1 conv, kk == cg, is a GEMM over every s-th pixel: conv_packed's im2col picks them;
             # here it ran 2-3x as long, resnets' 256->512 projection over 56x56 3.1 vs 1.05 ms, 2 threads)
             mode = "broadcast"
             n_mb = -(-m_out // LANES)
             tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
-        elif itemsize == 4 and r == 2 and group == xs[1] == m_out:
+        elif not general and itemsize == 4 and r == 2 and group == xs[1] == m_out:
             mode = "depthwise-3x3" if is_3x3 else "depthwise-rows"
             tile_rows = m_blocks = 1
             units = n_img * m_out
@@ -455,7 +458,7 @@ def build_conv(node):
             mode = "pointwise" if pointwise else "gemm"
             parallel = nth > 1 and work >= PARALLEL_GRAIN
             tiler = _gemm_tiles
-            if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K):  # packed_gemm, not BLAS
+            if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K or general):  # packed_gemm
                 mode = "packed-pointwise" if pointwise else "packed"
                 tiler = _packed_tiles
             nrows, ow = o3[0] * o3[1], o3[2]
@@ -472,11 +475,11 @@ def build_conv(node):
                           tile_rows, tile_cols, m_blocks, units, work)
         return p
 
-    def prepare(key, dtype, w, b):
+    def prepare(key, dtype, w, b, general=False):
         """(the kernel's CallSite, its arguments with x, z and the output left as None, where they go, output
         shape, 5-D output shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B.
         The argument types are fixed by the key and W and B, as the CallSite needs."""
-        shape, shape5, k, s, d, p, taps, mode, tile_rows, tile_cols, m_blocks, units, work = plan(*key)
+        shape, shape5, k, s, d, p, taps, mode, tile_rows, tile_cols, m_blocks, units, work = plan(*key, general)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=dtype))
         consts = act.consts(dtype)
         if mode == "empty":
@@ -569,6 +572,16 @@ def build_conv(node):
             return y
         return call
 
+    def kernel_types(made, x, z) -> tuple:
+        """The Numba types of the arguments prepare's kernel takes for input x (and Z), with its range of units."""
+        site, template, (s0, s1, s2), shape, shape5 = made[:5]
+        x_view, out_view = views(site, x.shape, shape, shape5)
+        args = list(template)
+        args[s0] = ro_reshaped(x, x_view)
+        args[s1] = _no_residual(x.dtype, len(out_view)) if z is None else ro_reshaped(z, out_view)
+        args[s2] = np.empty((0,) * len(out_view), dtype=x.dtype)  # (C-contiguous and writable, as the output)
+        return tuple(site.kernel.typeof_pyval(a) for a in args) + (numba.types.int64, numba.types.int64)
+
     prepared = {}  # (X shape, W shape, itemsize) -> (W, B, bind's call, output shape) for the constant W and B
 
     def run(x, w, b=None, z=None, out=None):
@@ -576,8 +589,15 @@ def build_conv(node):
         entry = prepared.get(key)
         if entry is None or entry[0] is not w or entry[1] is not b:
             made = prepare(key, x.dtype, w, b)
+            constant = packed_weights.holds(w) and (b is None or b is constant_input(node, 2))
+            if constant and made[0] is not None and made[0].kernel in DEFERRABLE and made[2][1] is not None \
+                    and deferred_compile.deferring():
+                types = kernel_types(made, x, z)
+                if not deferred_compile.available(made[0].kernel, types):  # the general kernel until it has code
+                    deferred_compile.defer(made[0].kernel, types, lambda: prepared.pop(key, None))
+                    made = prepare(key, x.dtype, w, b, general=True)
             entry = (w, b, bind(key, x.dtype, made), made[3], made)
-            if packed_weights.holds(w) and (b is None or b is constant_input(node, 2)):
+            if constant:
                 prepared[key] = entry  # the per-run work left: the input's view, Z's and the output
         if z is not None and z.shape != entry[3]:
             raise ValueError(f"FusedConv: Z of shape {z.shape} is not the output's shape {entry[3]}")
@@ -611,6 +631,10 @@ def build_conv(node):
 
 
 _NO_RESIDUALS: dict = {}
+# the conv kernels a first run defers (onnxjit.cache.deferred_compile) where they have no code yet, running
+# conv_packed meanwhile: the costliest to compile (light resnet50 over empty caches, one core: the Winograd kernel
+# with its transforms 5.2 s, conv_broadcast 1.8 s, of 20 s)
+DEFERRABLE = frozenset({kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_rows})
 
 
 def _no_residual(dtype, ndim):

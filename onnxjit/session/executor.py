@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from onnxjit.cache import deferred_compile
 from onnxjit.errors import OnnxJitError, RuntimeException
 from onnxjit.ir.graph import Graph
 from onnxjit.providers.base import Step
@@ -238,7 +239,8 @@ class CompiledGraph:
         their arguments), the second builds the segments (native_plan) while it runs the steps one by one."""
         with self._lock:
             plan.runs += 1
-            build = plan.runs >= 2 and plan.native is None
+            # (not while kernels a first run deferred compile: the segments would call their stand-ins)
+            build = plan.runs >= 2 and plan.native is None and not deferred_compile.pending()
             if build:
                 plan.native = False  # (runs meanwhile go without segments)
         straight = self._positional if positional else self._straight

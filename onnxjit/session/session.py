@@ -14,7 +14,7 @@ import numba
 import numpy as np
 from numba.core.runtime.nrt import MemInfo
 
-from onnxjit.cache import parallel_compile
+from onnxjit.cache import deferred_compile, parallel_compile
 from onnxjit.errors import InvalidArgument, InvalidGraph
 from onnxjit.ir.graph import Graph, Model
 from onnxjit.ir.serde import from_onnx, to_onnx
@@ -182,9 +182,11 @@ class InferenceSession:
         return compiled
 
     def wait_for_compilation(self, timeout: float | None = None) -> None:
-        """onnxjit's own: wait for what compiles in the background, the native segments a plan's second run
-        starts (native_plan.py); runs do not wait for them, they go on step by step meanwhile. For benchmarks
-        that time the steady state."""
+        """onnxjit's own: wait for what compiles in the background, the kernels a first run over an empty cache
+        deferred (cache/deferred_compile.py) and the native segments a plan's second run starts (native_plan.py);
+        runs do not wait for them, they go on meanwhile (on stand-in kernels, step by step). For benchmarks that
+        time the steady state: once the deferred kernels are in, the next run starts the segments' compile."""
+        deferred_compile.wait(timeout)
         for compiled in list(self._compiled_graphs):
             compiled.wait_for_segments(timeout)
 
