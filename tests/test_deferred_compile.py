@@ -24,48 +24,59 @@ def _close(got, want):
 
 
 def _convs(rng):
-    """A 3->8 3x3 conv (conv_rows), a 1x1 8->16 (conv_packed), a 16->16 3x3 over 24x64 (Winograd) and a 16->32 3x3
-    of stride 2 (conv_broadcast), with random weights."""
-    def conv(name, x, m, c, k, **attrs):
-        w = nh.from_array((rng.standard_normal((m, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32), f"{name}_w")
+    """A 3->8 3x3 conv (conv_rows where a vector's lanes fit the row), a 1x1 8->16 (conv_packed), a 16->16 3x3 over
+    24x64 (Winograd), a depthwise 3x3 and a 16->32 3x3 of stride 2 (conv_broadcast), with random weights."""
+    def conv(name, x, m, c, k, group=1, **attrs):
+        shape = (m, c // group, k, k)
+        w = nh.from_array((rng.standard_normal(shape) / np.sqrt(np.prod(shape[1:]))).astype(np.float32), f"{name}_w")
         b = nh.from_array(rng.standard_normal(m).astype(np.float32) * 0.1, f"{name}_b")
-        return h.make_node("Conv", [x, w.name, b.name], [name], **attrs), [w, b]
-    layers = [conv("c1", "x", 8, 3, 3, pads=[1, 1, 1, 1]), conv("c2", "r1", 16, 8, 1),
-              conv("c3", "c2", 16, 16, 3, pads=[1, 1, 1, 1]), conv("y", "r3", 32, 16, 3, pads=[1, 1, 1, 1],
-                                                                   strides=[2, 2])]
+        return h.make_node("Conv", [x, w.name, b.name], [name], group=group, **attrs), [w, b]
+    pad = dict(pads=[1, 1, 1, 1])
+    layers = [conv("c1", "x", 8, 3, 3, **pad), conv("c2", "r1", 16, 8, 1), conv("c3", "c2", 16, 16, 3, **pad),
+              conv("c4", "r3", 16, 16, 3, group=16, **pad), conv("y", "c4", 32, 16, 3, strides=[2, 2], **pad)]
     nodes = [layers[0][0], h.make_node("Relu", ["c1"], ["r1"]), layers[1][0], layers[2][0],
-             h.make_node("Relu", ["c3"], ["r3"]), layers[3][0]]
+             h.make_node("Relu", ["c3"], ["r3"]), layers[3][0], layers[4][0]]
     model = make_model(nodes, [tensor("x", T.FLOAT, [1, 3, 24, 64])], [tensor("y", T.FLOAT, [1, 32, 12, 32])],
                        initializers=[i for _, inits in layers for i in inits])
     return model, {"x": rng.standard_normal((1, 3, 24, 64)).astype(np.float32)}
 
 
-def test_a_first_run_runs_deferred_convs_on_the_general_kernel_then_their_own(monkeypatch):
-    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
-    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
-    deferred, ran = [], []
-    defer, call = deferred_compile.defer, CallSite.run
-    monkeypatch.setattr(deferred_compile, "defer", lambda k, t, on_ready: (deferred.append(k), defer(k, t, on_ready)))
+def _kernels_run(monkeypatch) -> list:
+    """The kernels the convs' call sites run from now on (appended as they run)."""
+    ran, call = [], CallSite.run
     monkeypatch.setattr(CallSite, "run", lambda site, *a: (ran.append(site.kernel), call(site, *a))[1])
+    return ran
+
+
+def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(monkeypatch):
     model, feeds = _convs(np.random.default_rng(0))
     want = ort_run(model, feeds)
+    ran = _kernels_run(monkeypatch)
+    onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)  # no first run armed: no deferral
+    own = set(ran)
+    assert {kconv.conv_winograd_packed, kconv.conv_broadcast} <= own and len(own & nn.DEFERRABLE) >= 3
+
+    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
+    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
+    deferred, defer = [], deferred_compile.defer
+    monkeypatch.setattr(deferred_compile, "defer", lambda k, t, on_ready: (deferred.append(k), defer(k, t, on_ready)))
     so = onnxjit.SessionOptions()
     so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")  # a first run armed
     sess = onnxjit.InferenceSession(model.SerializeToString(), so)
-
+    ran.clear()
     _close(sess.run(None, feeds), want)
-    assert set(deferred) == nn.DEFERRABLE  # Winograd, conv_broadcast, conv_rows
-    assert set(ran) == {kconv.conv_packed}  # every conv on the im2col + packed-GEMM kernel
+    assert set(deferred) == own & nn.DEFERRABLE
+    assert set(ran) == {kconv.conv_packed, kconv.conv_direct}  # the general kernels
     sess.wait_for_compilation()
     assert not deferred_compile.pending()
 
     ran.clear()
     _close(sess.run(None, feeds), want)  # each conv prepared again, on its own kernel
-    assert set(ran) == nn.DEFERRABLE | {kconv.conv_packed}
+    assert set(ran) == own
     for _ in range(2):  # the native segments, built from the specialized kernels
         sess.wait_for_compilation()
         _close(sess.run(None, feeds), want)
-    assert len(deferred) == 3  # later runs defer nothing
+    assert len(deferred) == len(own & nn.DEFERRABLE)  # later runs defer nothing
 
 
 def test_segments_wait_for_deferred_kernels(monkeypatch):
@@ -84,8 +95,10 @@ def test_segments_wait_for_deferred_kernels(monkeypatch):
 
 
 def test_a_recording_run_notes_the_kernels_it_defers(monkeypatch):
-    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)
     model, feeds = _convs(np.random.default_rng(2))
+    ran = _kernels_run(monkeypatch)
+    onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)
+    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)
     sess = onnxjit.InferenceSession(model.SerializeToString())
     recorder = parallel_compile._Recorder()
     with recorder.active():
@@ -93,7 +106,7 @@ def test_a_recording_run_notes_the_kernels_it_defers(monkeypatch):
         sess.run(None, feeds)
     assert not deferred_compile.deferring()
     markers = [marker for marker, _ in recorder.deferred]
-    assert len(markers) == len(set(markers)) == 3  # each kernel once
+    assert len(markers) == len(set(markers)) == len(set(ran) & nn.DEFERRABLE)  # each kernel once
     assert not deferred_compile.pending()  # a helper's deferrals are its own to compile
 
 

@@ -386,8 +386,9 @@ def build_conv(node):
     broadcast_weights = ConstantDerived(constant_input(node, 1), kconv.broadcast_weight_vectors)
 
     def plan(xs, ws, itemsize, general=False):
-        """The conv's geometry and kernel choice for these shapes; `general`: the im2col + packed-GEMM kernel
-        (conv_packed) whatever the shapes, for a float32 2-D conv whose own kernel is deferred (DEFERRABLE)."""
+        """The conv's geometry and kernel choice for these shapes; `general`: for a float32 2-D conv whose own
+        kernel is deferred (DEFERRABLE), the general one: conv_direct for a grouped conv of few channels a group
+        (depthwise), else the im2col + packed-GEMM kernel (conv_packed) whatever the depth."""
         key = (xs, ws, itemsize, general)
         p = cache.get(key)
         if p is not None:
@@ -631,10 +632,12 @@ def build_conv(node):
 
 
 _NO_RESIDUALS: dict = {}
-# the conv kernels a first run defers (onnxjit.cache.deferred_compile) where they have no code yet, running
-# conv_packed meanwhile: the costliest to compile (light resnet50 over empty caches, one core: the Winograd kernel
-# with its transforms 5.2 s, conv_broadcast 1.8 s, of 20 s)
-DEFERRABLE = frozenset({kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_rows})
+# the conv kernels a first run defers (onnxjit.cache.deferred_compile) where they have no code yet, running the general
+# ones meanwhile (plan's `general`: conv_packed, or conv_direct for depthwise convs), the costliest to compile (one
+# core, over empty caches: light resnet50's Winograd kernel with its transforms 5.2 s and conv_broadcast 1.8 s of
+# 20 s; efficientnet_b0's conv_rows 1.2 s and depthwise kernels 2.7 s of 15 s)
+DEFERRABLE = frozenset({kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_rows, kconv.conv_depthwise_blocked,
+                        kconv.conv_depthwise_3x3, kconv.conv_depthwise_rows})
 
 
 def _no_residual(dtype, ndim):
