@@ -30,7 +30,7 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sess = onnxjit.InferenceSession(path)
     print(f"onnxjit: session created in {time.perf_counter() - t0:.2f} s, providers {sess.get_providers()}")
-    print("onnxjit: first run (on a new machine this compiles the kernels, for 10-30 seconds; they are cached "
+    print("onnxjit: first run (on a new machine this compiles the kernels, for 5-30 seconds; they are cached "
           "for later processes) ...", flush=True)
     t0 = time.perf_counter()
     got = sess.run(None, feeds)
@@ -39,7 +39,10 @@ def cmd_demo(args) -> int:
     worst = max(float(np.max(np.abs(g.astype(np.float64) - e))) for g, e in zip(got, expected))
     print(f"output vs the expected output shipped with the model: {'OK' if ok else 'MISMATCH'} "
           f"(max abs diff {worst:.3g})")
+    t0 = time.perf_counter()
     settle(sess, feeds)
+    print(f"onnxjit: steady after {time.perf_counter() - t0:.2f} s more (kernels the first run left to the background, "
+          f"native segments)")
     jit_ms = 1e3 * statistics.median(time_runs(lambda: sess.run(None, feeds), args.runs))
     print(f"onnxjit latency: {jit_ms:.2f} ms (median of {args.runs})")
     try:
