@@ -15,7 +15,8 @@ each marked by a file in the job's folder while it compiles. The session compile
 them, and Numba looks in its disk cache before each compile (re-reading the index), so what a helper finished first
 is loaded instead; a signature a helper is compiling now is waited for, not compiled a second time
 (`wait_for_helper`). When the first run ends the session terminates the helpers: what they had not compiled, the
-run has. light resnet50's first run over empty caches, 2-core Intel Xeon VM, one helper: 16.8-16.9 s before these
+run has; but where the run deferred kernels (deferred_compile.py), which the helpers' recording runs note too, the
+helpers go on to compile those after their share, and are stopped once the session's background thread has them. light resnet50's first run over empty caches, 2-core Intel Xeon VM, one helper: 16.8-16.9 s before these
 two, 12.4-12.7 with the whole recording, 10.9-11.2 with the wait too.
 
 Nothing a helper does reaches a result: it only writes cache entries, through the same caches and keys as the
