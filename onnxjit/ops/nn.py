@@ -591,8 +591,8 @@ def build_conv(node):
         if entry is None or entry[0] is not w or entry[1] is not b:
             made = prepare(key, x.dtype, w, b)
             constant = packed_weights.holds(w) and (b is None or b is constant_input(node, 2))
-            if constant and made[0] is not None and made[0].kernel in DEFERRABLE and made[2][1] is not None \
-                    and deferred_compile.deferring():
+            if constant and x.dtype == np.float32 and made[0] is not None and made[0].kernel in DEFERRABLE \
+                    and made[2][1] is not None and deferred_compile.deferring():
                 types = kernel_types(made, x, z)
                 if not deferred_compile.available(made[0].kernel, types):  # the general kernel until it has code
                     deferred_compile.defer(made[0].kernel, types, lambda: prepared.pop(key, None))
@@ -635,9 +635,9 @@ _NO_RESIDUALS: dict = {}
 # the conv kernels a first run defers (onnxjit.cache.deferred_compile) where they have no code yet, running the general
 # ones meanwhile (plan's `general`: conv_packed, or conv_direct for depthwise convs), the costliest to compile (one
 # core, over empty caches: light resnet50's Winograd kernel with its transforms 5.2 s and conv_broadcast 1.8 s of
-# 20 s; efficientnet_b0's conv_rows 1.2 s and depthwise kernels 2.7 s of 15 s)
+# 20 s; efficientnet_b0's conv_rows 1.2 s and depthwise kernels 2.7 s of 15 s; wav2vec's BLAS im2col convs 1.6 s)
 DEFERRABLE = frozenset({kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_rows, kconv.conv_depthwise_blocked,
-                        kconv.conv_depthwise_3x3, kconv.conv_depthwise_rows})
+                        kconv.conv_depthwise_3x3, kconv.conv_depthwise_rows, kconv.conv_gemm})
 
 
 def _no_residual(dtype, ndim):
