@@ -48,6 +48,7 @@ from numba.core.extending import intrinsic
 from numba.np.ufunc import parallel as numba_parallel
 
 from onnxjit import affinity
+from onnxjit.cache import deferred_compile
 from onnxjit.cache.jit import njit
 
 # a kernel call doing less work than this (element operations) runs on the calling thread alone: handing work to
@@ -295,6 +296,7 @@ def _pauses(n):
 
 
 _launchers: dict = {}
+_DEFERRED = object()  # in _launchers: a launcher a first run deferred (onnxjit.cache.deferred_compile)
 
 
 def _launcher(kernel, args, state):
@@ -311,7 +313,7 @@ def _launcher(kernel, args, state):
     found = _launchers.get(key)
     if isinstance(found, tuple):
         return found
-    if found == len(kernel.overloads):  # not compiled for these types when last looked, nor anything since
+    if found is _DEFERRED or found == len(kernel.overloads):  # (or not compiled when last looked, nor anything since)
         return None
     argtys = tuple(kernel.typeof_pyval(a) for a in args)
     cres = kernel.overloads.get(argtys + (types.int64, types.int64))
@@ -322,6 +324,14 @@ def _launcher(kernel, args, state):
         _launchers[key] = len(kernel.overloads)
         return None
     launch_sig = launch_signature(argtys, state)
+    if launch_sig not in _launch.overloads and deferred_compile.deferring() \
+            and not deferred_compile.available(_launch, launch_sig):
+        # a first run over an empty cache: the kernel runs on the caller alone until its launcher, compiled after
+        # the run, is in (0.2 s of compiling each)
+        _launchers[key] = _DEFERRED
+        deferred_compile.defer(_launch, launch_sig, lambda: _launchers.pop(key, None),
+                               job=lambda: compile_launch(launch_sig))
+        return None
     found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
                                compile_launch(launch_sig))
     return found

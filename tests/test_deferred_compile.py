@@ -3,6 +3,7 @@ kernel where their own has no code, compiled after it in the background, then us
 them; a helper's recording run noting them; claims between a session and its helpers."""
 from __future__ import annotations
 
+import numba
 import numpy as np
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -11,8 +12,9 @@ from onnx import numpy_helper as nh
 import onnxjit
 from onnxjit.cache import deferred_compile, parallel_compile
 from onnxjit.kernels import conv as kconv
+from onnxjit import worker_pool
 from onnxjit.ops import nn
-from onnxjit.worker_pool import CallSite
+from onnxjit.worker_pool import _DEFERRED, CallSite
 
 from conftest import make_model, ort_run, tensor
 
@@ -59,16 +61,18 @@ def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(m
     monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
     monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
     deferred, defer = [], deferred_compile.defer
-    monkeypatch.setattr(deferred_compile, "defer", lambda k, t, on_ready: (deferred.append(k), defer(k, t, on_ready)))
+    monkeypatch.setattr(deferred_compile, "defer", lambda k, *a, **kw: (deferred.append(k), defer(k, *a, **kw)))
     so = onnxjit.SessionOptions()
     so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")  # a first run armed
     sess = onnxjit.InferenceSession(model.SerializeToString(), so)
     ran.clear()
     _close(sess.run(None, feeds), want)
-    assert set(deferred) == own & nn.DEFERRABLE
+    assert set(deferred) - {worker_pool._launch} == own & nn.DEFERRABLE
+    if numba.get_num_threads() > 1:  # the kernels that ran split over threads ran on the caller alone instead
+        assert worker_pool._launch in deferred
     assert set(ran) == {kconv.conv_packed, kconv.conv_direct}  # the general kernels
     sess.wait_for_compilation()
-    assert not deferred_compile.pending()
+    assert not deferred_compile.pending() and _DEFERRED not in worker_pool._launchers.values()
 
     ran.clear()
     _close(sess.run(None, feeds), want)  # each conv prepared again, on its own kernel
@@ -76,7 +80,7 @@ def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(m
     for _ in range(2):  # the native segments, built from the specialized kernels
         sess.wait_for_compilation()
         _close(sess.run(None, feeds), want)
-    assert len(deferred) == len(own & nn.DEFERRABLE)  # later runs defer nothing
+    assert len([k for k in deferred if k is not worker_pool._launch]) == len(own & nn.DEFERRABLE)  # later: none
 
 
 def test_segments_wait_for_deferred_kernels(monkeypatch):
@@ -106,7 +110,7 @@ def test_a_recording_run_notes_the_kernels_it_defers(monkeypatch):
         sess.run(None, feeds)
     assert not deferred_compile.deferring()
     markers = [marker for marker, _ in recorder.deferred]
-    assert len(markers) == len(set(markers)) == len(set(ran) & nn.DEFERRABLE)  # each kernel once
+    assert len(markers) == len(set(markers)) >= len(set(ran) & nn.DEFERRABLE)  # each kernel once, and launchers
     assert not deferred_compile.pending()  # a helper's deferrals are its own to compile
 
 

@@ -46,19 +46,21 @@ def available(kernel, argtypes: tuple) -> bool:
     return load_cached(kernel, argtypes)
 
 
-def defer(kernel, argtypes: tuple, on_ready: Callable[[], None]) -> None:
-    """Note `kernel` (a kernel of worker_pool.run_units: its last two arguments its range of units) for `argtypes`
-    to compile after the first run on this thread (see `deferring`), with its launcher, and call `on_ready` once it
-    has code."""
+def defer(kernel, argtypes: tuple, on_ready: Callable[[], None], job: Callable[[], None] | None = None) -> None:
+    """Note `kernel` for `argtypes` to compile after the first run on this thread (see `deferring`), and call
+    `on_ready` once it has code. `job` compiles it; by default `compile_kernel` (a kernel of worker_pool.run_units,
+    with its launcher)."""
     global _pending
+    if job is None:
+        job = lambda: compile_kernel(kernel, argtypes)  # noqa: E731
     if parallel_compile.recording():  # a helper: compiled after its share of the run's kernels
-        parallel_compile.note_deferred(kernel, argtypes, lambda: compile_kernel(kernel, argtypes))
+        parallel_compile.note_deferred(kernel, argtypes, job)
         return
-    callbacks = parallel_compile.armed_first_run().deferred.setdefault((kernel, argtypes), [])
-    if not callbacks:
+    entry = parallel_compile.armed_first_run().deferred.setdefault((kernel, argtypes), (job, []))
+    if not entry[1]:
         with _done:
             _pending += 1
-    callbacks.append(on_ready)
+    entry[1].append(on_ready)
 
 
 def pending() -> bool:
@@ -95,9 +97,9 @@ def _stop_all() -> None:
 def _compile_deferred(first_run) -> None:
     global _pending
     try:
-        for (kernel, argtypes), callbacks in reversed(first_run.deferred.items()):  # helpers: from the front
+        for (kernel, argtypes), (job, callbacks) in reversed(first_run.deferred.items()):  # helpers: from the front
             try:
-                _compile(first_run, kernel, argtypes)
+                _compile(first_run, kernel, argtypes, job)
                 for on_ready in callbacks:
                     on_ready()
             except Exception as e:  # noqa: BLE001 - the op stays on its general kernel, which is correct
@@ -114,15 +116,15 @@ def _compile_deferred(first_run) -> None:
             _compiling.discard(first_run)
 
 
-def _compile(first_run, kernel, argtypes) -> None:
-    """Compile (or load) `kernel` for `argtypes`, unless a helper has claimed it: then wait for the helper, and load
-    what it wrote (or compile it here, if the helper failed or is gone)."""
+def _compile(first_run, kernel, argtypes, job) -> None:
+    """Compile (or load: `job`) `kernel` for `argtypes`, unless a helper has claimed it: then wait for the helper,
+    and load what it wrote (or compile it here, if the helper failed or is gone)."""
     marker = parallel_compile.compiling_marker(kernel.py_func, argtypes)
     claimed = first_run.claim(marker)
     try:
         if claimed is None:
             first_run.wait_for_marker(marker)
-        compile_kernel(kernel, argtypes)
+        job()
     finally:
         if claimed:
             try:

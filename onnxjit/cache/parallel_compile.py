@@ -15,9 +15,10 @@ each marked by a file in the job's folder while it compiles. The session compile
 them, and Numba looks in its disk cache before each compile (re-reading the index), so what a helper finished first
 is loaded instead; a signature a helper is compiling now is waited for, not compiled a second time
 (`wait_for_helper`). When the first run ends the session terminates the helpers: what they had not compiled, the
-run has; but where the run deferred kernels (deferred_compile.py), which the helpers' recording runs note too, the
-helpers go on to compile those after their share, and are stopped once the session's background thread has them. light resnet50's first run over empty caches, 2-core Intel Xeon VM, one helper: 16.8-16.9 s before these
-two, 12.4-12.7 with the whole recording, 10.9-11.2 with the wait too.
+run has; but where the run deferred kernels (deferred_compile.py), which the helpers' recording runs note too (and
+every launcher), the helpers go on to compile those after their share, and are stopped once the session's
+background thread has them. light resnet50's first run over empty caches, 2-core Intel Xeon VM, one helper:
+16.8-16.9 s before these two, 12.4-12.7 with the whole recording, 10.9-11.2 with the wait too.
 
 Nothing a helper does reaches a result: it only writes cache entries, through the same caches and keys as the
 session (Numba writes each file to a temporary name and renames it, so a helper killed mid-write leaves no partial
@@ -161,7 +162,7 @@ class FirstRun:
         self._timer: threading.Timer | None = None
         self._procs: list[subprocess.Popen] = []
         self._dir: str | None = None
-        self.deferred: dict = {}  # (kernel, argument types) -> [on_ready] the run deferred (deferred_compile)
+        self.deferred: dict = {}  # (kernel, argument types) -> (job, [on_ready]) the run deferred (deferred_compile)
 
     @contextlib.contextmanager
     def armed(self, feeds: dict):
@@ -339,9 +340,9 @@ class _Recorder:
         def note_launcher(kernel, args, state):
             found = launcher(kernel, args, state)
             if found is None and isinstance(kernel, Dispatcher) and cached(kernel):
+                # deferred, as the session's first run defers it (worker_pool._launcher): after the run's kernels
                 sig = worker_pool.launch_signature(tuple(kernel.typeof_pyval(a) for a in args), state)
-                self._note(("launch", sig), lambda: worker_pool.compile_launch(sig),
-                           compiling_marker(worker_pool._launch.py_func, sig))
+                note_deferred(worker_pool._launch, sig, lambda: worker_pool.compile_launch(sig))
             return found
 
         def note_generated(store, source):  # a generated kernel the run binds: compiled (or loaded) at import
