@@ -330,7 +330,7 @@ def _launcher(kernel, args, state):
         # the run, is in (0.2 s of compiling each)
         _launchers[key] = _DEFERRED
         deferred_compile.defer(_launch, launch_sig, lambda: _launchers.pop(key, None),
-                               job=lambda: compile_launch(launch_sig))
+                               job=lambda: compile_launch_ahead(launch_sig))
         return None
     found = _launchers[key] = (cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name),
                                compile_launch(launch_sig))
@@ -345,7 +345,17 @@ def launch_signature(argtys: tuple, state) -> tuple:
 def compile_launcher(kernel_argtypes: tuple) -> None:
     """Compile (or load) `_launch` for a kernel of argument types `kernel_argtypes` (its range of units left out),
     ahead of the kernel's first launch (deferred_compile: what a first run deferred is ready to run in parallel)."""
-    compile_launch(launch_signature(tuple(kernel_argtypes), np.zeros(_STATE_SIZE, dtype=np.int64)))
+    compile_launch_ahead(launch_signature(tuple(kernel_argtypes), np.zeros(_STATE_SIZE, dtype=np.int64)))
+
+
+def compile_launch_ahead(launch_sig: tuple) -> None:
+    """`_launch` compiled (or loaded) for `launch_sig` before any job runs through it, with the workers' loop, which
+    compiles when the first job starts the workers: a first run whose launchers were deferred started none, and a
+    later process would compile it."""
+    compile_launch(launch_sig)
+    serve_sig = (launch_sig[0], types.int64, types.int64, types.int64)
+    if serve_sig not in _serve.overloads:
+        _serve.compile(serve_sig)
 
 
 def compile_launch(launch_sig: tuple):

@@ -342,7 +342,7 @@ class _Recorder:
             if found is None and isinstance(kernel, Dispatcher) and cached(kernel):
                 # deferred, as the session's first run defers it (worker_pool._launcher): after the run's kernels
                 sig = worker_pool.launch_signature(tuple(kernel.typeof_pyval(a) for a in args), state)
-                note_deferred(worker_pool._launch, sig, lambda: worker_pool.compile_launch(sig))
+                note_deferred(worker_pool._launch, sig, lambda: worker_pool.compile_launch_ahead(sig))
             return found
 
         def note_generated(store, source):  # a generated kernel the run binds: compiled (or loaded) at import
