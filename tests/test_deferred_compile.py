@@ -121,3 +121,25 @@ def test_claims_are_exclusive(tmp_path):
     mine = first_run.claim("m")
     assert mine and first_run.claim("m") is None  # held: a helper leaves it to the session, and back
     assert parallel_compile._claim(str(tmp_path), "m") is None
+
+
+def test_wait_returns_once_the_helpers_are_stopped_and_their_files_gone(tmp_path):
+    """A process may exit as soon as `wait` returns, killing the background thread: it cleans up first."""
+    from numba import types
+
+    class Kernel:  # what the thread reads of a dispatcher: its Python function (the marker's name)
+        py_func = staticmethod(_convs)
+        __name__ = "k"
+    first_run = parallel_compile.FirstRun(1, (b"", {}))
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    first_run._dir = str(job_dir)
+    compiled, ready = [], []
+    kernel = Kernel()
+    with deferred_compile._done:
+        deferred_compile._pending += 1
+    first_run.deferred[(kernel, (types.int64,))] = (lambda: compiled.append(1), [lambda: ready.append(1)])
+    deferred_compile.compile_in_background(first_run)
+    deferred_compile.wait(timeout=60)
+    assert compiled == ready == [1] and not deferred_compile.pending()
+    assert not job_dir.exists() and first_run._dir is None

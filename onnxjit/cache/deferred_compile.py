@@ -96,8 +96,9 @@ def _stop_all() -> None:
 
 def _compile_deferred(first_run) -> None:
     global _pending
+    deferred = list(first_run.deferred.items())
     try:
-        for (kernel, argtypes), (job, callbacks) in reversed(first_run.deferred.items()):  # helpers: from the front
+        for (kernel, argtypes), (job, callbacks) in reversed(deferred):  # the helpers take them from the front
             try:
                 _compile(first_run, kernel, argtypes, job)
                 for on_ready in callbacks:
@@ -105,15 +106,13 @@ def _compile_deferred(first_run) -> None:
             except Exception as e:  # noqa: BLE001 - the op stays on its general kernel, which is correct
                 log.warning("onnxjit: deferred kernel %s not compiled (%s: %s); its op keeps the general kernel",
                             getattr(kernel, "__name__", kernel), type(e).__name__, e)
-            finally:
-                with _done:
-                    _pending -= 1
-                    _done.notify_all()
     finally:
         first_run.deferred = {}
-        first_run.stop()
+        first_run.stop()  # before `wait` returns: a process exiting then would kill this thread mid-cleanup
         with _done:
             _compiling.discard(first_run)
+            _pending -= len(deferred)
+            _done.notify_all()
 
 
 def _compile(first_run, kernel, argtypes, job) -> None:
