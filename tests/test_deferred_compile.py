@@ -120,7 +120,7 @@ def test_claims_are_exclusive(tmp_path):
     first_run._dir = str(tmp_path)
     mine = first_run.claim("m")
     assert mine and first_run.claim("m") is None  # held: a helper leaves it to the session, and back
-    assert parallel_compile._claim(str(tmp_path), "m") is None
+    assert parallel_compile._mark(str(tmp_path), "m", exclusive=True) is None
 
 
 def test_wait_returns_once_the_helpers_are_stopped_and_their_files_gone(tmp_path):

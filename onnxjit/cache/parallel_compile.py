@@ -133,10 +133,7 @@ def note_deferred(kernel, argtypes: tuple, job: Callable[[], Any]) -> None:
     """In a helper's recording run: `kernel` for `argtypes`, deferred by the run (deferred_compile), to compile
     (`job`) after the helper's share of the run's kernels."""
     recorder = _recording.recorder
-    key = ("deferred", kernel, argtypes)
-    if key not in recorder._seen:
-        recorder._seen.add(key)
-        recorder.deferred.append((compiling_marker(kernel.py_func, argtypes), job))
+    recorder._note(("deferred", kernel, argtypes), job, compiling_marker(kernel.py_func, argtypes), recorder.deferred)
 
 
 def cache_missed() -> None:
@@ -243,7 +240,7 @@ class FirstRun:
         """Claim the compile of the signature `marker` names against the helpers: the marker file made here (remove
         it when done), None where a helper holds it, "" where there is no job folder (no helpers to share with)."""
         directory = self._dir
-        return _claim(directory, marker) if directory is not None else ""
+        return _mark(directory, marker, exclusive=True) if directory is not None else ""
 
     def _write_job(self) -> None:
         """The job's files in a new temporary folder (self._dir), unless the inputs are too large to hand over."""
@@ -306,10 +303,11 @@ class _Recorder:
         self.deferred: list[tuple[str, Callable[[], Any]]] = []  # the kernels the run deferred (note_deferred)
         self._seen: set = set()
 
-    def _note(self, key, job, marker=None) -> None:
+    def _note(self, key, job, marker=None, into: list | None = None) -> None:
+        """`job` (with its marker) appended to `jobs`, or to `into`, unless `key` was noted before."""
         if key not in self._seen:
             self._seen.add(key)
-            self.jobs.append((marker, job))
+            (self.jobs if into is None else into).append((marker, job))
 
     @contextlib.contextmanager
     def active(self):
@@ -433,12 +431,19 @@ def helper_main(directory: str, index: str, count: str) -> None:
     if config.DEBUG:
         print(f"onnxjit compile helper {index} of {count}: {len(recorder.jobs)} kernel signatures noted, "
               f"compiling {len(mine)}", file=sys.stderr, flush=True)
-    for marker, compile_job in mine:
+    # the run's kernels marked as they compile (the session's run waits for one instead of compiling it too); then
+    # the kernels the run deferred, from the front (the session's own thread takes them from the back), each claimed
+    # first, and one the session (or another helper) has claimed left to it
+    work = [(marker, job, False) for marker, job in mine] + \
+        [(marker, job, True) for marker, job in recorder.deferred[index::count]]
+    for marker, compile_job, deferred in work:
         if os.getppid() != parent:  # the session's process is gone
             if config.DEBUG:
                 print(f"onnxjit compile helper {index}: parent {parent} gone ({os.getppid()})", file=sys.stderr)
             return
-        marked = _mark(directory, marker)  # the session's run waits for this compile instead of doing it too
+        marked = _mark(directory, marker, exclusive=deferred)
+        if deferred and not marked:
+            continue
         try:
             compile_job()
         except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
@@ -447,42 +452,17 @@ def helper_main(directory: str, index: str, count: str) -> None:
             if marked:
                 with contextlib.suppress(OSError):
                     os.remove(marked)
-    # then the kernels the run deferred, from the front (the session's own thread takes them from the back): each
-    # claimed first, and one the session (or another helper) has claimed left to it
-    for marker, compile_job in recorder.deferred[index::count]:
-        if os.getppid() != parent:
-            return
-        claimed = _claim(directory, marker)
-        if not claimed:
-            continue
-        try:
-            compile_job()
-        except Exception:  # noqa: BLE001 - the session compiles (and reports) it itself
-            _report()
-        finally:
-            with contextlib.suppress(OSError):
-                os.remove(claimed)
 
 
-def _claim(directory: str, marker: str) -> str | None:
-    """The marker file of a compile, made here only if no process holds it (O_EXCL): its path, or None."""
-    try:
-        os.makedirs(os.path.join(directory, COMPILING), exist_ok=True)
-        path = os.path.join(directory, COMPILING, marker)
-        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        return path
-    except OSError:
-        return None
-
-
-def _mark(directory: str, marker: str | None) -> str | None:
-    """The marker file of a compile starting now (see wait_for_helper), or None where there is none."""
+def _mark(directory: str, marker: str | None, exclusive: bool = False) -> str | None:
+    """The marker file of a compile starting now (see wait_for_helper), or None where there is none; `exclusive`:
+    made only if no process holds it (O_EXCL), None where one does."""
     if not marker:
         return None
     try:
         os.makedirs(os.path.join(directory, COMPILING), exist_ok=True)
         path = os.path.join(directory, COMPILING, marker)
-        open(path, "wb").close()
+        os.close(os.open(path, os.O_CREAT | os.O_WRONLY | (os.O_EXCL if exclusive else os.O_TRUNC)))
         return path
     except OSError:
         return None

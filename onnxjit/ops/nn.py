@@ -592,7 +592,7 @@ def build_conv(node):
             made = prepare(key, x.dtype, w, b)
             constant = packed_weights.holds(w) and (b is None or b is constant_input(node, 2))
             if constant and x.dtype == np.float32 and made[0] is not None and made[0].kernel in DEFERRABLE \
-                    and made[2][1] is not None and deferred_compile.deferring():
+                    and deferred_compile.deferring():
                 types = kernel_types(made, x, z)
                 if not deferred_compile.available(made[0].kernel, types):  # the general kernel until it has code
                     deferred_compile.defer(made[0].kernel, types, lambda: prepared.pop(key, None))
