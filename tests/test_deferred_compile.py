@@ -1,6 +1,7 @@
 """Kernels a session's first run defers (onnxjit.cache.deferred_compile): the first run's convs on the general
-kernel where their own has no code, compiled after it in the background, then used; native segments waiting for
-them; a helper's recording run noting them; claims between a session and its helpers."""
+kernel where their own has no code, and its products with a constant B on numpy's matmul, compiled after it in the
+background, then used; native segments waiting for them; a helper's recording run noting them; claims between a
+session and its helpers."""
 from __future__ import annotations
 
 import numba
@@ -12,8 +13,9 @@ from onnx import numpy_helper as nh
 import onnxjit
 from onnxjit.cache import deferred_compile, parallel_compile
 from onnxjit.kernels import conv as kconv
+from onnxjit.kernels import linalg as klinalg
 from onnxjit import worker_pool
-from onnxjit.ops import nn
+from onnxjit.ops import linalg, nn
 from onnxjit.worker_pool import _DEFERRED, CallSite
 
 from conftest import make_model, ort_run, tensor
@@ -81,6 +83,47 @@ def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(m
         sess.wait_for_compilation()
         _close(sess.run(None, feeds), want)
     assert len([k for k in deferred if k is not worker_pool._launch]) == len(own & nn.DEFERRABLE)  # later: none
+
+
+def _products(rng):
+    """A MatMul of a 3-D input with a constant B followed by a Relu, a batch-1 Gemm (transB, alpha, beta and C: one
+    dot product per output) and a 6-row Gemm with C followed by a Relu (the packed GEMM, the Relu its epilogue)."""
+    def const(name, *shape):
+        return nh.from_array((rng.standard_normal(shape) / np.sqrt(shape[0])).astype(np.float32), name)
+    inits = [const("w1", 16, 24), const("w2", 32, 16), const("c2", 32), const("w3", 16, 40), const("c3", 40)]
+    nodes = [h.make_node("MatMul", ["x1", "w1"], ["m1"]), h.make_node("Relu", ["m1"], ["y1"]),
+             h.make_node("Gemm", ["x2", "w2", "c2"], ["y2"], transB=1, alpha=0.5, beta=2.0),
+             h.make_node("Gemm", ["x3", "w3", "c3"], ["m3"]), h.make_node("Relu", ["m3"], ["y3"])]
+    shapes = {"x1": [2, 8, 16], "x2": [1, 16], "x3": [6, 16]}
+    model = make_model(nodes, [tensor(n, T.FLOAT, s) for n, s in shapes.items()],
+                       [tensor("y1", T.FLOAT, [2, 8, 24]), tensor("y2", T.FLOAT, [1, 32]),
+                        tensor("y3", T.FLOAT, [6, 40])], initializers=inits)
+    return model, {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+def test_a_first_run_runs_deferred_products_on_numpy_then_their_kernels(monkeypatch):
+    model, feeds = _products(np.random.default_rng(3))
+    want = ort_run(model, feeds)
+    ran = _kernels_run(monkeypatch)
+    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
+    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
+    deferred, defer = [], deferred_compile.defer
+    monkeypatch.setattr(deferred_compile, "defer", lambda k, *a, **kw: (deferred.append(k), defer(k, *a, **kw)))
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")  # a first run armed
+    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    for got, w in zip(sess.run(None, feeds), want):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    assert not set(ran) & linalg.DEFERRABLE
+    assert set(deferred) - {worker_pool._launch} == linalg.DEFERRABLE == {klinalg.gemm_packed_blocks,
+                                                                          klinalg.dot_cols_f32}
+    sess.wait_for_compilation()
+    assert not deferred_compile.pending()
+    for _ in range(3):  # each product prepared again, on its kernel, then in native segments
+        for got, w in zip(sess.run(None, feeds), want):
+            np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+        sess.wait_for_compilation()
+    assert set(ran) & linalg.DEFERRABLE == linalg.DEFERRABLE
 
 
 def test_segments_wait_for_deferred_kernels(monkeypatch):

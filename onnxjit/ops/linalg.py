@@ -13,8 +13,10 @@ from __future__ import annotations
 import functools
 import math
 
+import numba
 import numpy as np
 
+from onnxjit.cache import deferred_compile
 from onnxjit.kernels import linalg as k
 from onnxjit.kernels import packed_gemm
 from onnxjit.kernels.simd import LANES
@@ -145,8 +147,11 @@ class PreparedProducts:
         """The product for A (and the run's C, None where C is the node's constant or absent), or None where it
         was not prepared for their shapes and dtypes."""
         call = self.calls.get((a.shape, a.dtype.char) if c is None else (a.shape, a.dtype.char, c.shape, c.dtype.char))
-        if call is None:
-            return None
+        return None if call is None else self.call(call, a, c)
+
+    @staticmethod
+    def call(call, a, c=None):
+        """The prepared `call`'s product for A (and the run's C)."""
         site, rest, c_at, units, work, rows, n, shape = call
         if c is not None:
             rest = rest[:c_at] + (_compact_c(c, rows, n),) + rest[c_at + 1:]
@@ -156,11 +161,11 @@ class PreparedProducts:
 
     def native(self, a, c=None, c_input=2):
         """`run` as a native_plan.NativeCall (A the step's input 0, the run's C its input `c_input`), or None
-        where it is not prepared or too large to gain from it."""
+        where it is not prepared, stands in for a deferred kernel or is too large to gain from it."""
         if type(a) is not np.ndarray or (c is not None and type(c) is not np.ndarray):
             return None
         call = self.calls.get((a.shape, a.dtype.char) if c is None else (a.shape, a.dtype.char, c.shape, c.dtype.char))
-        if call is None:
+        if call is None or call[0].kernel is None:
             return None
         site, rest, c_at, units, work, rows, n, shape = call
         if work >= NATIVE_GRAIN or a.size % max(rows, 1) or (c is not None and c.ndim > 2):
@@ -177,19 +182,64 @@ class PreparedProducts:
         run's C, compacted anew in each run of its shape); `shape` the output's where it is not (rows, N)."""
         rows = math.prod(a.shape[:-1])
         site, rest, units, work = _dot_cols_call(rows, a.dtype, bt, c, alpha, beta, has_c, act, sites)
-        self._add(a, runtime_c, (site, rest, 1, units, work, rows, bt.shape[0], shape))
+        return self._add(a, runtime_c, (site, rest, 1, units, work, rows, bt.shape[0], shape), bt.T,
+                         (c, alpha, beta, has_c, act))
 
-    def prepare_packed(self, a, bp, n, c, alpha, beta, has_c, act, shape=None, runtime_c=None):
-        """Prepare A's packed-GEMM calls (float32): B packed (`bp`, N columns); the rest as `prepare`."""
+    def prepare_packed(self, a, bp, n, c, alpha, beta, has_c, act, b, shape=None, runtime_c=None):
+        """Prepare A's packed-GEMM calls (float32): B packed (`bp`, N columns; `b` as it is, (K, N)); the rest
+        as `prepare`."""
         rows = math.prod(a.shape[:-1])
         site, rest, units, work = _packed_gemm_call(rows, a.shape[-1], bp, n, c, alpha, beta, has_c, act,
                                                     self.packed_sites)
-        self._add(a, runtime_c, (site, rest, 2, units, work, rows, n, shape))
+        return self._add(a, runtime_c, (site, rest, 2, units, work, rows, n, shape), b, (c, alpha, beta, has_c, act))
 
-    def _add(self, a, runtime_c, call):
+    def _add(self, a, runtime_c, call, b, epilogue):
         key = (a.shape, a.dtype.char) if runtime_c is None else (a.shape, a.dtype.char, runtime_c.shape,
                                                                   runtime_c.dtype.char)
+        if call[0].kernel in DEFERRABLE and deferred_compile.deferring():
+            call = self._stand_in(key, a, call, b, epilogue) or call
         self.calls[key] = call
+        return call
+
+    def _stand_in(self, key, a, call, b, epilogue):
+        """In a first run that defers kernels (onnxjit.cache.deferred_compile), where the call's kernel has no
+        code for its argument types: the kernel deferred, and the call numpy's product standing in for it until
+        the kernel is compiled (its op prepares the call again then); else None."""
+        site, rest, _, units, work, rows, n, shape = call
+        args = (ro_reshaped(a, (rows, -1)),) + rest + (np.empty((rows, n), a.dtype),)
+        types = tuple(site.kernel.typeof_pyval(x) for x in args) + (numba.types.int64, numba.types.int64)
+        if deferred_compile.available(site.kernel, types):
+            return None
+        deferred_compile.defer(site.kernel, types, lambda: self.calls.pop(key, None))
+        c, alpha, beta, has_c, act = epilogue
+        return _NumpyProduct(b, act), (c, alpha, beta, has_c), 0, units, work, rows, n, shape
+
+
+class _NumpyProduct:
+    """A first run's stand-in for a deferred product kernel (PreparedProducts._stand_in): numpy's matmul (BLAS,
+    nothing to compile), then alpha, C and the activation as the kernels' epilogue applies them. A CallSite's
+    `run` for the arguments (A, C, alpha, beta, has_c, out)."""
+
+    __slots__ = ("b", "act")
+    kernel = None  # (no native form)
+
+    def __init__(self, b, act):
+        self.b, self.act = b, act
+
+    def run(self, args, n_units, work) -> None:
+        a, c, alpha, beta, has_c, out = args
+        np.matmul(a, self.b, out=out)
+        if alpha != 1.0:
+            out *= out.dtype.type(alpha)
+        if has_c:
+            out += out.dtype.type(beta) * c
+        self.act.apply(out)
+
+
+# the product kernels a first run defers where they have no code yet (onnxjit.cache.deferred_compile), numpy's
+# matmul standing in: over empty caches, one core, vit_tiny's packed GEMM took 1.9 s of 16 s of compiling with its
+# microkernel, and its batch-1 head's dot products 0.8 s
+DEFERRABLE = frozenset({k.gemm_packed_blocks, k.dot_cols_f32})
 
 
 def dot_sites() -> tuple[CallSites, CallSites]:
@@ -251,17 +301,20 @@ def build_gemm(node):
             if has_c:
                 y += (beta * np.broadcast_to(cc, (m, n))).astype(a.dtype)
             return (act.apply(y),)
+        runtime_c = c if c is not const_c and has_c else None
+        # (prepared before the product: a first run may defer the prepared call's kernel)
         if m <= FEW_ROWS:  # one dot product per output, over B's rows: (N, K), made once for a constant B
             bt = b if trans_b else bt_cache.of(b)
-            y = _dot_cols(a, bt, cc, alpha, beta, has_c, act, sites)
             if not trans_a and packed.holds(b):
-                prepared.prepare(a, bt, cc, alpha, beta, has_c, act, sites,
-                                 runtime_c=c if c is not const_c and has_c else None)
+                call = prepared.prepare(a, bt, cc, alpha, beta, has_c, act, sites, runtime_c=runtime_c)
+                return (prepared.call(call, a, runtime_c),)
+            y = _dot_cols(a, bt, cc, alpha, beta, has_c, act, sites)
         else:
-            y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
             if not trans_a and a.dtype == np.float32 and packed.holds(b):
-                prepared.prepare_packed(a, packed.of(b), n, cc, alpha, beta, has_c, act,
-                                        runtime_c=c if c is not const_c and has_c else None)
+                call = prepared.prepare_packed(a, packed.of(b), n, cc, alpha, beta, has_c, act, b.T if trans_b else b,
+                                               runtime_c=runtime_c)
+                return (prepared.call(call, a, runtime_c),)
+            y = _gemm(a, b, trans_b, cc, alpha, beta, has_c, act, packed)
         return (y,)
 
     def native(a, b, c=None):
@@ -318,15 +371,18 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=No
         c2, has_c = (_no_c(a.dtype), False) if c is None else (ro(c.reshape(1, -1)), True)
         beta = 1.0 if has_c else 0.0
         if a2.shape[0] <= FEW_ROWS and bt_cache is not None and bt_cache.holds(b):
-            y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
-            if prepared is not None and not (a_vec or b_vec):
-                prepared.prepare(a, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites, batch + (m, n))
+            if prepared is not None and not (a_vec or b_vec):  # (prepared first: a first run may defer its kernel)
+                call = prepared.prepare(a, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites, batch + (m, n))
+                y = prepared.call(call, a)
+            else:
+                y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
         elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
             y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
+        elif prepared is not None and not (a_vec or b_vec) and a.dtype == np.float32 and packed.holds(b):
+            call = prepared.prepare_packed(a, packed.of(b), n, c2, 1.0, beta, has_c, act, b, batch + (m, n))
+            y = prepared.call(call, a)
         else:
             y = _gemm(a2, np.ascontiguousarray(b), False, c2, 1.0, beta, has_c, act, packed)
-            if prepared is not None and not (a_vec or b_vec) and a.dtype == np.float32 and packed.holds(b):
-                prepared.prepare_packed(a, packed.of(b), n, c2, 1.0, beta, has_c, act, batch + (m, n))
         y = y.reshape(batch + (m, n))
     else:
         a3 = np.ascontiguousarray(np.broadcast_to(a, batch + (m, kk))).reshape(-1, m, kk)
