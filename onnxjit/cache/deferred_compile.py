@@ -5,7 +5,9 @@ resnet50's 20 s of compiling on one core, the Winograd conv kernel with its tran
 where its 1x1 convs' im2col + packed-GEMM kernel (conv_packed) computes every one of those convs too. So while a
 session's first run is armed (parallel_compile.FirstRun: a machine with cores to spare, compile helpers started)
 or a helper records it, an op whose specialized kernel has no code for its argument types (compiled in this process,
-or in the disk cache: `available`) runs on its general kernel, and `defer`s the specialized one. When the run ends,
+or in the disk cache: `available`) runs on its general kernel, and `defer`s the specialized one (the convs of
+ops/nn.py on conv_packed or conv_direct; the float32 products with a constant B of ops/linalg.py on numpy's matmul,
+which compiles nothing: vit_tiny's packed GEMM and its microkernel took 1.9 s of 16). When the run ends,
 a background thread compiles what was deferred, then calls each one's `on_ready` (the op drops its prepared call: its
 next run prepares it again, on the specialized kernel). The helpers, which defer the same kernels in their recording
 runs, compile them after their share of the run's kernels, from the front of the list, the thread from the back;

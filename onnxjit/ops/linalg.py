@@ -6,7 +6,9 @@ single-threaded BLAS call on strided blocks (transB=1 weights read as they lie);
 runs on kernels.packed_gemm instead, B packed once (AMD Zen 3, two threads, ratio to onnxruntime in the same
 process: 128x384x1536 0.96-1.01 against BLAS's 1.28, 128x1536x384 0.87-1.09 against 1.27, 256x1024x1024
 1.02-1.13 against 1.13-1.15). For very few rows (batch-1 fully connected layers) each output is one dot product
-over a row of B as (N, K): a constant B gets its transposed copy made once.
+over a row of B as (N, K): a constant B gets its transposed copy made once. A first run over empty caches may leave
+those two kernels to the background and run its products on numpy's matmul meanwhile (PreparedProducts._stand_in,
+onnxjit.cache.deferred_compile).
 """
 from __future__ import annotations
 
