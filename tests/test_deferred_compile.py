@@ -52,6 +52,18 @@ def _kernels_run(monkeypatch) -> list:
     return ran
 
 
+def _armed_session(monkeypatch, model):
+    """(a session of `model` whose first run is armed as over empty caches, with no helper process; the kernels it
+    defers, appended as they are)."""
+    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)
+    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)
+    deferred, defer = [], deferred_compile.defer
+    monkeypatch.setattr(deferred_compile, "defer", lambda k, *a, **kw: (deferred.append(k), defer(k, *a, **kw)))
+    so = onnxjit.SessionOptions()
+    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")
+    return onnxjit.InferenceSession(model.SerializeToString(), so), deferred
+
+
 def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(monkeypatch):
     model, feeds = _convs(np.random.default_rng(0))
     want = ort_run(model, feeds)
@@ -60,13 +72,7 @@ def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(m
     own = set(ran)
     assert {kconv.conv_winograd_packed, kconv.conv_broadcast} <= own and len(own & nn.DEFERRABLE) >= 3
 
-    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
-    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
-    deferred, defer = [], deferred_compile.defer
-    monkeypatch.setattr(deferred_compile, "defer", lambda k, *a, **kw: (deferred.append(k), defer(k, *a, **kw)))
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")  # a first run armed
-    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    sess, deferred = _armed_session(monkeypatch, model)
     ran.clear()
     _close(sess.run(None, feeds), want)
     assert set(deferred) - {worker_pool._launch} == own & nn.DEFERRABLE
@@ -105,13 +111,7 @@ def test_a_first_run_runs_deferred_products_on_numpy_then_their_kernels(monkeypa
     model, feeds = _products(np.random.default_rng(3))
     want = ort_run(model, feeds)
     ran = _kernels_run(monkeypatch)
-    monkeypatch.setattr(parallel_compile, "START_DELAY", 1e6)  # no helper process here
-    monkeypatch.setattr(deferred_compile, "available", lambda kernel, types: False)  # as over empty caches
-    deferred, defer = [], deferred_compile.defer
-    monkeypatch.setattr(deferred_compile, "defer", lambda k, *a, **kw: (deferred.append(k), defer(k, *a, **kw)))
-    so = onnxjit.SessionOptions()
-    so.add_session_config_entry(parallel_compile.PROCESSES_KEY, "1")  # a first run armed
-    sess = onnxjit.InferenceSession(model.SerializeToString(), so)
+    sess, deferred = _armed_session(monkeypatch, model)
     for got, w in zip(sess.run(None, feeds), want):
         np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
     assert not set(ran) & linalg.DEFERRABLE
