@@ -99,6 +99,29 @@ def test_folded_graph_output_is_returned_under_its_name_and_cannot_be_corrupted(
     assert_all_same(sess.run(["y"], {"x": randn(3)}), [np.array([2, 3, 4], np.float32)])
 
 
+@pytest.mark.parametrize("also_added", [False, True])
+def test_a_folded_transpose_that_only_matmuls_read_stays_a_view_of_the_weight(also_added):
+    """A tied embedding: Gather reads W, MatMuls read Transpose(W) (3-D A: the packed GEMM; one row: dot products).
+    Folded, the transpose stays a view of W where only MatMuls read it (no copy of the weight), and is made
+    C-contiguous where another op reads it too."""
+    w = randn(40, 24)
+    nodes = [helper.make_node("Gather", ["w", "ids"], ["e"]), helper.make_node("Transpose", ["w"], ["wt"]),
+             helper.make_node("MatMul", ["e", "wt"], ["y"]), helper.make_node("MatMul", ["x", "wt"], ["z"])]
+    outputs = [tensor("y", TP.FLOAT, [2, 5, 40]), tensor("z", TP.FLOAT, [1, 40])]
+    if also_added:
+        nodes.append(helper.make_node("Add", ["wt", "wt"], ["s"]))
+        outputs.append(tensor("s", TP.FLOAT, [24, 40]))
+    model = make_model(nodes, [tensor("ids", TP.INT64, [2, 5]), tensor("x", TP.FLOAT, [1, 24])], outputs,
+                       initializers=[init("w", w)])
+    feeds = {"ids": rng.integers(0, 40, (2, 5)).astype(np.int64), "x": randn(1, 24)}
+    check(model, feeds, {"Transpose": 0, "MatMul": 2})
+    ir, _ = optimized(model)
+    folded = ir.graph.initializers["wt"].const
+    assert np.array_equal(folded, w.T)
+    assert np.shares_memory(folded, ir.graph.initializers["w"].const) != also_added
+    assert folded.flags.c_contiguous == also_added
+
+
 def test_shape_gather_concat_chain_folds_into_reshape_target():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),

@@ -284,7 +284,7 @@ def build_gemm(node):
         if a.ndim != 2 or b.ndim != 2:
             raise ValueError(f"Gemm needs 2-D A and B, got {a.shape} and {b.shape}")
         a = np.ascontiguousarray(a.T if trans_a else a)
-        b = np.ascontiguousarray(b)
+        b = b if packed.holds(b) else np.ascontiguousarray(b)  # (the constant B as folding left it: a view, maybe)
         m, kk = a.shape
         kb, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
         if kb != kk:
@@ -378,11 +378,11 @@ def matmul(a, b, bt_cache=None, act=NO_ACTIVATION, packed=None, c=None, sites=No
                 y = prepared.call(call, a)
             else:
                 y = _dot_cols(a2, bt_cache.of(b), c2, 1.0, beta, has_c, act, sites)
-        elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
-            y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         elif prepared is not None and not (a_vec or b_vec) and a.dtype == np.float32 and packed.holds(b):
             call = prepared.prepare_packed(a, packed.of(b), n, c2, 1.0, beta, has_c, act, b, batch + (m, n))
             y = prepared.call(call, a)
+        elif not b.flags.c_contiguous and b.flags.f_contiguous:  # a transposed view: read as (N, K) rows
+            y = _gemm(a2, b.T, True, c2, 1.0, beta, has_c, act)
         else:
             y = _gemm(a2, np.ascontiguousarray(b), False, c2, 1.0, beta, has_c, act, packed)
         y = y.reshape(batch + (m, n))
