@@ -122,6 +122,22 @@ def test_a_folded_transpose_that_only_matmuls_read_stays_a_view_of_the_weight(al
     assert folded.flags.c_contiguous == also_added
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("rows", [2, 9])
+def test_a_folded_transposed_weight_left_a_view_runs_in_the_gemm_its_matmul_and_add_become(dtype, rows):
+    """MatMul + Add over a folded Transpose of a weight turns into a Gemm whose B is that view (a few rows: dot
+    products; more: the packed GEMM for float32, BLAS for float64)."""
+    w, bias = randn(40, 24, dtype=dtype), randn(40, dtype=dtype)
+    elem = TP.FLOAT if dtype == np.float32 else TP.DOUBLE
+    nodes = [helper.make_node("Transpose", ["w"], ["wt"]), helper.make_node("MatMul", ["x", "wt"], ["m"]),
+             helper.make_node("Add", ["m", "bias"], ["y"])]
+    model = make_model(nodes, [tensor("x", elem, [rows, 24])], [tensor("y", elem, [rows, 40])],
+                       initializers=[init("w", w), init("bias", bias)])
+    sess = check(model, {"x": randn(rows, 24, dtype=dtype)}, {"Transpose": 0, "MatMul": 0, "Gemm": 1})
+    ones = {"x": np.ones((rows, 24), dtype)}
+    assert_all_same(sess.run(None, ones), ort_run(model, ones))  # a second run: the call prepared in the first
+
+
 def test_shape_gather_concat_chain_folds_into_reshape_target():
     nodes = [helper.make_node("Shape", ["x"], ["s"]),
              helper.make_node("Gather", ["s", "i0"], ["d0"], axis=0),
