@@ -27,6 +27,8 @@ import threading
 import time
 from collections.abc import Callable
 
+import numba
+
 from onnxjit.cache import parallel_compile
 from onnxjit.cache.jit import load_cached
 
@@ -63,6 +65,16 @@ def defer(kernel, argtypes: tuple, on_ready: Callable[[], None], job: Callable[[
         with _done:
             _pending += 1
     entry[1].append(on_ready)
+
+
+def defer_unless_available(kernel, args: tuple, on_ready: Callable[[], None]) -> bool:
+    """For a kernel of worker_pool.run_units called with `args` (its range of units added): where it has no code for
+    their types (`available`), `defer` it and return True; False where it has."""
+    argtypes = tuple(kernel.typeof_pyval(a) for a in args) + (numba.types.int64, numba.types.int64)
+    if available(kernel, argtypes):
+        return False
+    defer(kernel, argtypes, on_ready)
+    return True
 
 
 def pending() -> bool:

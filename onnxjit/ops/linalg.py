@@ -15,7 +15,6 @@ from __future__ import annotations
 import functools
 import math
 
-import numba
 import numpy as np
 
 from onnxjit.cache import deferred_compile
@@ -208,11 +207,9 @@ class PreparedProducts:
         code for its argument types: the kernel deferred, and the call numpy's product standing in for it until
         the kernel is compiled (its op prepares the call again then); else None."""
         site, rest, _, units, work, rows, n, shape = call
-        args = (ro_reshaped(a, (rows, -1)),) + rest + (np.empty((rows, n), a.dtype),)
-        types = tuple(site.kernel.typeof_pyval(x) for x in args) + (numba.types.int64, numba.types.int64)
-        if deferred_compile.available(site.kernel, types):
+        args = (ro_reshaped(a, (rows, -1)),) + rest + (np.empty((0, 0), a.dtype),)  # (the output's type)
+        if not deferred_compile.defer_unless_available(site.kernel, args, lambda: self.calls.pop(key, None)):
             return None
-        deferred_compile.defer(site.kernel, types, lambda: self.calls.pop(key, None))
         c, alpha, beta, has_c, act = epilogue
         return _NumpyProduct(b, act), (c, alpha, beta, has_c), 0, units, work, rows, n, shape
 

@@ -573,15 +573,15 @@ def build_conv(node):
             return y
         return call
 
-    def kernel_types(made, x, z) -> tuple:
-        """The Numba types of the arguments prepare's kernel takes for input x (and Z), with its range of units."""
+    def kernel_args(made, x, z) -> tuple:
+        """Arguments of the types prepare's kernel takes for input x (and Z), its range of units left out."""
         site, template, (s0, s1, s2), shape, shape5 = made[:5]
         x_view, out_view = views(site, x.shape, shape, shape5)
         args = list(template)
         args[s0] = ro_reshaped(x, x_view)
         args[s1] = _no_residual(x.dtype, len(out_view)) if z is None else ro_reshaped(z, out_view)
         args[s2] = np.empty((0,) * len(out_view), dtype=x.dtype)  # (C-contiguous and writable, as the output)
-        return tuple(site.kernel.typeof_pyval(a) for a in args) + (numba.types.int64, numba.types.int64)
+        return tuple(args)
 
     prepared = {}  # (X shape, W shape, itemsize) -> (W, B, bind's call, output shape) for the constant W and B
 
@@ -593,10 +593,9 @@ def build_conv(node):
             constant = packed_weights.holds(w) and (b is None or b is constant_input(node, 2))
             if constant and x.dtype == np.float32 and made[0] is not None and made[0].kernel in DEFERRABLE \
                     and deferred_compile.deferring():
-                types = kernel_types(made, x, z)
-                if not deferred_compile.available(made[0].kernel, types):  # the general kernel until it has code
-                    deferred_compile.defer(made[0].kernel, types, lambda: prepared.pop(key, None))
-                    made = prepare(key, x.dtype, w, b, general=True)
+                if deferred_compile.defer_unless_available(made[0].kernel, kernel_args(made, x, z),
+                                                           lambda: prepared.pop(key, None)):
+                    made = prepare(key, x.dtype, w, b, general=True)  # the general kernel until it has code
             entry = (w, b, bind(key, x.dtype, made), made[3], made)
             if constant:
                 prepared[key] = entry  # the per-run work left: the input's view, Z's and the output

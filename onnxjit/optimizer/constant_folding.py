@@ -130,7 +130,7 @@ def _matmul_weight_view(v, array: np.ndarray) -> bool:
     as their B, which pack it, or read it as B's transpose, once (ops/linalg.py). A tied embedding's Transpose into
     GPT-2's output MatMul was a 154 MB copy (0.4-1.8 s of its session creation, with the new memory)."""
     return (array.ndim == 2 and array.flags.f_contiguous and bool(v.uses)
-            and all(n.op_type == "MatMul" and n.domain in ("", "ai.onnx") and i == 1 for n, i in v.uses))
+            and all(n.op_type == "MatMul" and n.domain == "" and i == 1 for n, i in v.uses))
 
 
 def _to_initializers(graph: Graph, node: Node, values: list[np.ndarray]) -> None:
