@@ -1,10 +1,9 @@
-"""Kernels a session's first run defers (onnxjit.cache.deferred_compile): the first run's convs on the general
-kernel where their own has no code, and its products with a constant B on numpy's matmul, compiled after it in the
-background, then used; native segments waiting for them; a helper's recording run noting them; claims between a
+"""Kernels a session's first run defers (onnxjit.cache.deferred_compile): the first run's convs, pools, softmax and
+products with a constant B on numpy (onnxjit.ops.stand_ins) where their kernels have no code, compiled after it in
+the background, then used; native segments waiting for them; a helper's recording run noting them; claims between a
 session and its helpers."""
 from __future__ import annotations
 
-import numba
 import numpy as np
 from onnx import TensorProto as T
 from onnx import helper as h
@@ -14,8 +13,10 @@ import onnxjit
 from onnxjit.cache import deferred_compile, parallel_compile
 from onnxjit.kernels import conv as kconv
 from onnxjit.kernels import linalg as klinalg
+from onnxjit.kernels import normalization as knorm
+from onnxjit.kernels import pool as kpool
 from onnxjit import worker_pool
-from onnxjit.ops import linalg, nn
+from onnxjit.ops import linalg
 from onnxjit.worker_pool import _DEFERRED, CallSite
 
 from conftest import make_model, ort_run, tensor
@@ -64,21 +65,19 @@ def _armed_session(monkeypatch, model):
     return onnxjit.InferenceSession(model.SerializeToString(), so), deferred
 
 
-def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(monkeypatch):
+def test_a_first_run_runs_deferred_convs_on_numpy_then_their_kernels(monkeypatch):
     model, feeds = _convs(np.random.default_rng(0))
     want = ort_run(model, feeds)
     ran = _kernels_run(monkeypatch)
     onnxjit.InferenceSession(model.SerializeToString()).run(None, feeds)  # no first run armed: no deferral
     own = set(ran)
-    assert {kconv.conv_winograd_packed, kconv.conv_broadcast} <= own and len(own & nn.DEFERRABLE) >= 3
+    assert {kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_packed} <= own
 
     sess, deferred = _armed_session(monkeypatch, model)
     ran.clear()
     _close(sess.run(None, feeds), want)
-    assert set(deferred) - {worker_pool._launch} == own & nn.DEFERRABLE
-    if numba.get_num_threads() > 1:  # the kernels that ran split over threads ran on the caller alone instead
-        assert worker_pool._launch in deferred
-    assert set(ran) == {kconv.conv_packed, kconv.conv_direct}  # the general kernels
+    assert set(deferred) == own  # (each compiled with its launcher)
+    assert not ran  # numpy's convs stood in
     sess.wait_for_compilation()
     assert not deferred_compile.pending() and _DEFERRED not in worker_pool._launchers.values()
 
@@ -88,7 +87,39 @@ def test_a_first_run_runs_deferred_convs_on_the_general_kernels_then_their_own(m
     for _ in range(2):  # the native segments, built from the specialized kernels
         sess.wait_for_compilation()
         _close(sess.run(None, feeds), want)
-    assert len([k for k in deferred if k is not worker_pool._launch]) == len(own & nn.DEFERRABLE)  # later: none
+    assert len([k for k in deferred if k is not worker_pool._launch]) == len(own)  # later: none
+
+
+def test_pools_and_softmax_stand_in_until_their_kernels_are_compiled(monkeypatch):
+    """Ops with no prepared call (pools, softmax) ask `stands_in` in each run: numpy's in the first run and in the
+    runs after it until the background thread has compiled the kernels, then the kernels."""
+    rng = np.random.default_rng(5)
+    nodes = [h.make_node("MaxPool", ["x"], ["p"], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]),
+             h.make_node("AveragePool", ["p"], ["a"], kernel_shape=[2, 2], count_include_pad=1, pads=[0, 0, 1, 1]),
+             h.make_node("GlobalAveragePool", ["a"], ["g"]), h.make_node("Flatten", ["g"], ["f"]),
+             h.make_node("Softmax", ["f"], ["y"])]
+    model = make_model(nodes, [tensor("x", T.FLOAT, [2, 6, 9, 9])], [tensor("y", T.FLOAT, [2, 6])])
+    feeds = {"x": rng.standard_normal((2, 6, 9, 9)).astype(np.float32)}
+    want = ort_run(model, feeds)
+    started = []
+    monkeypatch.setattr(deferred_compile, "compile_in_background", started.append)  # held back
+    sess, deferred = _armed_session(monkeypatch, model)
+    kernels = {kpool.pool_blocked, kpool.global_avg, knorm.softmax_rows}  # (small planes: the blocked pool)
+    ran = _kernels_run(monkeypatch)
+    try:
+        for _ in range(2):  # the first run, and one while the kernels are not compiled yet
+            np.testing.assert_allclose(sess.run(None, feeds)[0], want[0], rtol=1e-5, atol=1e-6)
+        assert set(deferred) == kernels and len(started) == 1 and not ran
+        assert deferred_compile._waiting and deferred_compile.pending()
+    finally:  # (a deferral left pending would hold every later wait)
+        monkeypatch.undo()
+        for first_run in started:
+            deferred_compile.compile_in_background(first_run)
+        sess.wait_for_compilation()
+    assert not deferred_compile._waiting
+    ran = _kernels_run(monkeypatch)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], want[0], rtol=1e-5, atol=1e-6)
+    assert {kpool.pool_blocked, kpool.global_avg} <= set(ran)
 
 
 def _products(rng):
@@ -153,7 +184,7 @@ def test_a_recording_run_notes_the_kernels_it_defers(monkeypatch):
         sess.run(None, feeds)
     assert not deferred_compile.deferring()
     markers = [marker for marker, _ in recorder.deferred]
-    assert len(markers) == len(set(markers)) >= len(set(ran) & nn.DEFERRABLE)  # each kernel once, and launchers
+    assert len(markers) == len(set(markers)) >= len(set(ran))  # each kernel once, and launchers
     assert not deferred_compile.pending()  # a helper's deferrals are its own to compile
 
 

@@ -1,22 +1,27 @@
-"""Kernels a session's first run defers: compiled in the background after it, while a general kernel stands in.
+"""Kernels a session's first run defers: compiled in the background after it, while numpy stands in for them.
 
-Over an empty cache a first run compiles every kernel it meets, and the specialized ones cost the most: for light
-resnet50's 20 s of compiling on one core, the Winograd conv kernel with its transforms 5 s and conv_broadcast 2 s,
-where its 1x1 convs' im2col + packed-GEMM kernel (conv_packed) computes every one of those convs too. So while a
-session's first run is armed (parallel_compile.FirstRun: a machine with cores to spare, compile helpers started)
-or a helper records it, an op whose specialized kernel has no code for its argument types (compiled in this process,
-or in the disk cache: `available`) runs on its general kernel, and `defer`s the specialized one (the convs of
-ops/nn.py on conv_packed or conv_direct; the float32 products with a constant B of ops/linalg.py on numpy's matmul,
-which compiles nothing: vit_tiny's packed GEMM and its microkernel took 1.9 s of 16). When the run ends,
-a background thread compiles what was deferred, then calls each one's `on_ready` (the op drops its prepared call: its
-next run prepares it again, on the specialized kernel). The helpers, which defer the same kernels in their recording
-runs, compile them after their share of the run's kernels, from the front of the list, the thread from the back;
-each claims a kernel with a marker file before compiling it and leaves one claimed by the other side to it
-(`claim`). Native segments (native_plan) wait until nothing is pending (`pending`), so they call the specialized
-kernels; InferenceSession.wait_for_compilation waits for them (`wait`).
+Over an empty cache a first run compiles every kernel it meets, and the conv and product kernels cost the most
+(light resnet50 on one core of a 2-core Intel Emerald Rapids VM: 26 s of compiling, conv_packed 6 s, the Winograd
+kernel 7 s, conv_broadcast 6 s, pools and softmax 4 s). So while a session's first run is armed
+(parallel_compile.FirstRun: a machine with cores to spare, compile helpers started) or a helper records it, an op
+whose kernel has no code for its argument types (compiled in this process, or in the disk cache: `available`)
+`defer`s it and computes on its numpy stand-in (onnxjit.ops.stand_ins), which compiles nothing: the convs of
+ops/nn.py, their pools and global pools, softmax, and the float32 products with a constant B of ops/linalg.py.
+When the run ends, a background thread compiles what was deferred, then calls each one's `on_ready` (the conv or
+product drops its prepared call: its next run prepares it again, on the kernel); the ops with nothing prepared (pools,
+softmax) ask `stands_in` in each run, which answers from the kernels still waiting. The helpers, which defer the
+same kernels in their recording runs, compile them after their share of the run's kernels, from the front of the
+list, the thread from the back; each claims a kernel with a marker file before compiling it and leaves one claimed by
+the other side to it (`claim`). Native segments (native_plan) wait until nothing is pending (`pending`), so they call
+the kernels; InferenceSession.wait_for_compilation waits for them (`wait`).
 
-A deferred kernel that fails to compile leaves its op on the general kernel (logged). Sessions without a first run
-armed (one intra-op thread, no helpers: ONNXJIT_COMPILE_PROCESSES=0) compile every kernel in the run, as before.
+Measured over empty caches (same VM, one helper, session creation and first run, in alternating processes with the
+commit before, where the convs ran on the general conv_packed kernel, compiled in the run): light_resnet50
+10.0-10.7 -> 1.0-1.2 s, light_vgg19 10.6-10.8 -> 3.6-3.8 s. The cost: runs until the kernels are compiled are
+numpy's (resnet50's all compiled at 17-19 s, as before).
+
+A deferred kernel that fails to compile leaves its op on the stand-in (logged). Sessions without a first run armed
+(one intra-op thread, no helpers: ONNXJIT_COMPILE_PROCESSES=0) compile every kernel in the run, as before.
 """
 from __future__ import annotations
 
@@ -35,6 +40,7 @@ from onnxjit.cache.jit import load_cached
 log = logging.getLogger("onnxjit")
 
 _pending = 0  # deferred kernels not compiled yet, in this process
+_waiting: set = set()  # their (kernel, argument types)
 _done = threading.Condition()
 _compiling: set = set()  # the FirstRuns whose deferred kernels compile now
 
@@ -64,17 +70,40 @@ def defer(kernel, argtypes: tuple, on_ready: Callable[[], None], job: Callable[[
     if not entry[1]:
         with _done:
             _pending += 1
+            _waiting.add((kernel, argtypes))
     entry[1].append(on_ready)
 
 
+def _run_units_types(kernel, args: tuple) -> tuple:
+    """The argument types of a kernel of worker_pool.run_units called with `args` (its range of units added)."""
+    return tuple(kernel.typeof_pyval(a) for a in args) + (numba.types.int64, numba.types.int64)
+
+
 def defer_unless_available(kernel, args: tuple, on_ready: Callable[[], None]) -> bool:
-    """For a kernel of worker_pool.run_units called with `args` (its range of units added): where it has no code for
-    their types (`available`), `defer` it and return True; False where it has."""
-    argtypes = tuple(kernel.typeof_pyval(a) for a in args) + (numba.types.int64, numba.types.int64)
+    """For a kernel of worker_pool.run_units called with `args`: where it has no code for their types (`available`),
+    `defer` it and return True; False where it has."""
+    argtypes = _run_units_types(kernel, args)
     if available(kernel, argtypes):
         return False
     defer(kernel, argtypes, on_ready)
     return True
+
+
+def stands_in(kernel, args: tuple) -> bool:
+    """Whether an op whose stand-in takes the arguments of its worker_pool.run_units kernel (no prepared call to
+    drop: pools, softmax) runs the stand-in with `args` instead of the kernel: in a first run that defers, where
+    the kernel has no code (it is deferred here), and after it, until the kernel is compiled (for good where it
+    failed to, as the prepared calls keep theirs). A check of one set in every other run."""
+    if not _waiting and not deferring():
+        return False
+    argtypes = _run_units_types(kernel, args)
+    if (kernel, argtypes) in _waiting:
+        return True
+    return deferring() and defer_unless_available(kernel, args, _nothing)
+
+
+def _nothing() -> None:
+    pass
 
 
 def pending() -> bool:
@@ -115,10 +144,11 @@ def _compile_deferred(first_run) -> None:
         for (kernel, argtypes), (job, callbacks) in reversed(deferred):  # the helpers take them from the front
             try:
                 _compile(first_run, kernel, argtypes, job)
+                _waiting.discard((kernel, argtypes))
                 for on_ready in callbacks:
                     on_ready()
-            except Exception as e:  # noqa: BLE001 - the op stays on its general kernel, which is correct
-                log.warning("onnxjit: deferred kernel %s not compiled (%s: %s); its op keeps the general kernel",
+            except Exception as e:  # noqa: BLE001 - the op stays on its stand-in, which is correct
+                log.warning("onnxjit: deferred kernel %s not compiled (%s: %s); its op keeps the numpy stand-in",
                             getattr(kernel, "__name__", kernel), type(e).__name__, e)
     finally:
         first_run.deferred = {}

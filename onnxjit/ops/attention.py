@@ -35,9 +35,11 @@ from dataclasses import dataclass
 import numpy as np
 from onnx import TensorProto as T
 
+from onnxjit.cache import deferred_compile
 from onnxjit.contrib.attention import FULLY_MASKED_ROWS
 from onnxjit.kernels import attention as ka
 from onnxjit.kernels import linalg as kl
+from onnxjit.ops import stand_ins
 from onnxjit.ops.nn import run_units, wanted_outputs
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.worker_pool import threads_for
@@ -159,10 +161,14 @@ def attention(a: AttentionAttrs, q, k, v, mask=None, past_key=None, past_value=N
         scale = 1 / math.sqrt(d) if a.scale is None else a.scale
         work = 2 * batch * heads * s * total * (d + v.shape[3])
         q_rows = -(-s // query_blocks(batch * heads, s, work))
-        with kl.single_threaded_blas_for(work):
-            run_units(ka.attention, (q, k, v, bias, has_bias, causal, offset, dtype.type(scale),
-                                     dtype.type(a.softcap), a.fully_masked, a.qk_mode, qk, q_rows, out),
-                      batch * heads * -(-s // q_rows), work)
+        args = (q, k, v, bias, has_bias, causal, offset, dtype.type(scale), dtype.type(a.softcap), a.fully_masked,
+                a.qk_mode, qk, q_rows, out)
+        if not want_qk and not a.softcap and deferred_compile.stands_in(ka.attention, args):
+            out[...] = stand_ins.attention(q, k, v, bias if has_bias else None, causal, offset, scale,
+                                           a.fully_masked)
+        else:
+            with kl.single_threaded_blas_for(work):
+                run_units(ka.attention, args, batch * heads * -(-s // q_rows), work)
     if three_d:
         out = out.transpose(0, 2, 1, 3).reshape(batch, s, heads * v.shape[3])
     return out, k, v, qk if want_qk else None

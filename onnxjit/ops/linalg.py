@@ -25,6 +25,7 @@ from onnxjit.ops.nn import (CHUNKS_PER_THREAD, FUSED_DOMAIN, NO_ACTIVATION, PACK
                             ConstantDerived, activation_of, constant_input, float_type, rank_of, ro, ro_reshaped,
                             run_units)
 from onnxjit.ops.registry import attr, register_op
+from onnxjit.ops.stand_ins import NumpyProduct
 from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CallSites, thread_count
 
@@ -211,28 +212,7 @@ class PreparedProducts:
         if not deferred_compile.defer_unless_available(site.kernel, args, lambda: self.calls.pop(key, None)):
             return None
         c, alpha, beta, has_c, act = epilogue
-        return _NumpyProduct(b, act), (c, alpha, beta, has_c), 0, units, work, rows, n, shape
-
-
-class _NumpyProduct:
-    """A first run's stand-in for a deferred product kernel (PreparedProducts._stand_in): numpy's matmul (BLAS,
-    nothing to compile), then alpha, C and the activation as the kernels' epilogue applies them. A CallSite's
-    `run` for the arguments (A, C, alpha, beta, has_c, out)."""
-
-    __slots__ = ("b", "act")
-    kernel = None  # (no native form)
-
-    def __init__(self, b, act):
-        self.b, self.act = b, act
-
-    def run(self, args, n_units, work) -> None:
-        a, c, alpha, beta, has_c, out = args
-        np.matmul(a, self.b, out=out)
-        if alpha != 1.0:
-            out *= out.dtype.type(alpha)
-        if has_c:
-            out += out.dtype.type(beta) * c
-        self.act.apply(out)
+        return NumpyProduct(b, act), (c, alpha, beta, has_c), 0, units, work, rows, n, shape
 
 
 # the product kernels a first run defers where they have no code yet (onnxjit.cache.deferred_compile), numpy's

@@ -30,6 +30,8 @@ from onnxjit.kernels import pool as kpool
 from onnxjit.kernels.linalg import BLAS_SERIAL_WORK, single_threaded_blas_for
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
+from onnxjit.ops import stand_ins
+from onnxjit.ops.stand_ins import NumpyConv
 from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, CallSite, run_units  # other ops' too
 
@@ -385,11 +387,9 @@ def build_conv(node):
                                      lambda w: _packed_weights(w.reshape(group, w.shape[0] // group, -1)))
     broadcast_weights = ConstantDerived(constant_input(node, 1), kconv.broadcast_weight_vectors)
 
-    def plan(xs, ws, itemsize, general=False):
-        """The conv's geometry and kernel choice for these shapes; `general`: for a float32 2-D conv whose own
-        kernel is deferred (DEFERRABLE), the general one: conv_direct for a grouped conv of few channels a group
-        (depthwise), else the im2col + packed-GEMM kernel (conv_packed) whatever the depth."""
-        key = (xs, ws, itemsize, general)
+    def plan(xs, ws, itemsize):
+        """The conv's geometry and kernel choice for these shapes."""
+        key = (xs, ws, itemsize)
         p = cache.get(key)
         if p is not None:
             return p
@@ -412,29 +412,29 @@ def build_conv(node):
         if n_img * m_out * math.prod(out) == 0:  # an empty output: nothing to plan (the tilings divide by these)
             mode = "empty"
             tile_rows = m_blocks = units = 0
-        elif not general and _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
+        elif _winograd_fits(r, group, kernel, strides, dilations, cg, m_out, out, itemsize):
             mode = "winograd"
             th, wq = -(-out[0] // 4), -(-out[1] // 4) + 1
             tile_rows, m_blocks = _winograd_blocks(n_img, cg, m_out, th, wq, itemsize, nth)
             units = n_img * -(-th // tile_rows) * -(-m_out // m_blocks)
-        elif (not general and itemsize == 4 and r == 2 and group == xs[1] == m_out
+        elif (itemsize == 4 and r == 2 and group == xs[1] == m_out
               and (s3[2] > 2 or out[1] * fill[1] < LANES * fill[0])):
             mode = "depthwise"
             tile_rows = m_blocks = 1
             units = n_img * -(-m_out // LANES)
-        elif (not general and itemsize == 4 and r == 2 and group == 1 and cg <= ROWS_CONV_MAX_CHANNELS and kk > cg
+        elif (itemsize == 4 and r == 2 and group == 1 and cg <= ROWS_CONV_MAX_CHANNELS and kk > cg
               and m_out <= LANES and s3[2] <= 2 and out[1] >= LANES):
             mode = "rows"
             tile_rows, m_blocks = ROWS_CONV_TILE_ROWS, 1
             units = n_img * -(-out[0] // tile_rows)
-        elif not general and itemsize == 4 and r == 2 and group == 1 and not pointwise and kk > cg:
+        elif itemsize == 4 and r == 2 and group == 1 and not pointwise and kk > cg:
             # (a strided 1x1 conv, kk == cg, is a GEMM over every s-th pixel: conv_packed's im2col picks them;
             # here it ran 2-3x as long, resnets' 256->512 projection over 56x56 3.1 vs 1.05 ms, 2 threads)
             mode = "broadcast"
             n_mb = -(-m_out // LANES)
             tile_rows, m_blocks = _broadcast_tiles(n_img, o3[1], o3[2], n_mb, nth, nth > 1 and work >= PARALLEL_GRAIN)
             units = n_img * -(-o3[1] // tile_rows) * -(-n_mb // m_blocks)
-        elif not general and itemsize == 4 and r == 2 and group == xs[1] == m_out:
+        elif itemsize == 4 and r == 2 and group == xs[1] == m_out:
             mode = "depthwise-3x3" if is_3x3 else "depthwise-rows"
             tile_rows = m_blocks = 1
             units = n_img * m_out
@@ -459,7 +459,7 @@ def build_conv(node):
             mode = "pointwise" if pointwise else "gemm"
             parallel = nth > 1 and work >= PARALLEL_GRAIN
             tiler = _gemm_tiles
-            if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K or general):  # packed_gemm
+            if itemsize == 4 and 0 < kk and (pointwise or kk <= PACKED_IM2COL_MAX_K):  # packed_gemm
                 mode = "packed-pointwise" if pointwise else "packed"
                 tiler = _packed_tiles
             nrows, ow = o3[0] * o3[1], o3[2]
@@ -476,11 +476,11 @@ def build_conv(node):
                           tile_rows, tile_cols, m_blocks, units, work)
         return p
 
-    def prepare(key, dtype, w, b, general=False):
+    def prepare(key, dtype, w, b):
         """(the kernel's CallSite, its arguments with x, z and the output left as None, where they go, output
         shape, 5-D output shape, units, work, whether it calls BLAS) for inputs of these shapes and this W and B.
         The argument types are fixed by the key and W and B, as the CallSite needs."""
-        shape, shape5, k, s, d, p, taps, mode, tile_rows, tile_cols, m_blocks, units, work = plan(*key, general)
+        shape, shape5, k, s, d, p, taps, mode, tile_rows, tile_cols, m_blocks, units, work = plan(*key)
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=dtype))
         consts = act.consts(dtype)
         if mode == "empty":
@@ -576,12 +576,21 @@ def build_conv(node):
     def kernel_args(made, x, z) -> tuple:
         """Arguments of the types prepare's kernel takes for input x (and Z), its range of units left out."""
         site, template, (s0, s1, s2), shape, shape5 = made[:5]
-        x_view, out_view = views(site, x.shape, shape, shape5)
         args = list(template)
+        if s1 is None:  # the dot products (bind's `dots`)
+            args[s0] = ro_reshaped(x, (x.shape[0], -1))
+            args[s2] = np.empty((0, 0), dtype=x.dtype)
+            return tuple(args)
+        x_view, out_view = views(site, x.shape, shape, shape5)
         args[s0] = ro_reshaped(x, x_view)
         args[s1] = _no_residual(x.dtype, len(out_view)) if z is None else ro_reshaped(z, out_view)
         args[s2] = np.empty((0,) * len(out_view), dtype=x.dtype)  # (C-contiguous and writable, as the output)
         return tuple(args)
+
+    def stand_in(key, w, b):
+        """The conv on numpy (stand_ins.NumpyConv), for inputs of `key`'s shapes and this W and B."""
+        shape, shape5, k, s, d, p = plan(*key)[:6]
+        return NumpyConv(w, b, group, shape5_of(key[0], r), shape, shape5, k, s, d, p, act)
 
     prepared = {}  # (X shape, W shape, itemsize) -> (W, B, bind's call, output shape) for the constant W and B
 
@@ -591,12 +600,12 @@ def build_conv(node):
         if entry is None or entry[0] is not w or entry[1] is not b:
             made = prepare(key, x.dtype, w, b)
             constant = packed_weights.holds(w) and (b is None or b is constant_input(node, 2))
-            if constant and x.dtype == np.float32 and made[0] is not None and made[0].kernel in DEFERRABLE \
-                    and deferred_compile.deferring():
-                if deferred_compile.defer_unless_available(made[0].kernel, kernel_args(made, x, z),
-                                                           lambda: prepared.pop(key, None)):
-                    made = prepare(key, x.dtype, w, b, general=True)  # the general kernel until it has code
-            entry = (w, b, bind(key, x.dtype, made), made[3], made)
+            if constant and made[0] is not None and deferred_compile.deferring() and \
+                    deferred_compile.defer_unless_available(made[0].kernel, kernel_args(made, x, z),
+                                                            lambda: prepared.pop(key, None)):
+                entry = (w, b, stand_in(key, w, b), made[3], None)  # numpy's until the kernel has code
+            else:
+                entry = (w, b, bind(key, x.dtype, made), made[3], made)
             if constant:
                 prepared[key] = entry  # the per-run work left: the input's view, Z's and the output
         if z is not None and z.shape != entry[3]:
@@ -608,7 +617,7 @@ def build_conv(node):
         if out is not None or type(x) is not np.ndarray or (z is not None and type(z) is not np.ndarray):
             return None
         entry = prepared.get((x.shape, w.shape, x.dtype.itemsize))
-        if entry is None or entry[0] is not w or entry[1] is not b:
+        if entry is None or entry[0] is not w or entry[1] is not b or entry[4] is None:  # (None: a stand-in)
             return None
         site, template, (s0, s1, s2), shape, shape5, units, work, uses_blas = entry[4]
         if site is None or work >= NATIVE_GRAIN or (z is not None and z.shape != shape):
@@ -631,13 +640,6 @@ def build_conv(node):
 
 
 _NO_RESIDUALS: dict = {}
-# the conv kernels a first run defers (onnxjit.cache.deferred_compile) where they have no code yet, running the general
-# ones meanwhile (plan's `general`: conv_packed, or conv_direct for depthwise convs), the costliest to compile (one
-# core, over empty caches: light resnet50's Winograd kernel with its transforms 5.2 s and conv_broadcast 1.8 s of
-# 20 s; efficientnet_b0's conv_rows 1.2 s and depthwise kernels 2.7 s of 15 s; wav2vec's BLAS im2col convs 1.6 s)
-DEFERRABLE = frozenset({kconv.conv_winograd_packed, kconv.conv_broadcast, kconv.conv_rows, kconv.conv_depthwise_blocked,
-                        kconv.conv_depthwise_3x3, kconv.conv_depthwise_rows, kconv.conv_gemm})
-
 
 def _no_residual(dtype, ndim):
     """An empty read-only array standing for "no Z" in the conv kernels (one per dtype and rank: a new one cost
@@ -972,12 +974,20 @@ def pool_runner(is_max: bool, attrs):
         shape, xs, ys, k, s, d, p, padded, (fd, fh, fw), work, site, whole, units = plan(x.shape, x.dtype)
         if whole:
             y = np.empty(ys[0], dtype=x.dtype) if out is None else out.reshape(ys[0])
-            site.run((ro_reshaped(x, (ys[0], x.size // ys[0])), y), ys[0], x.size)
+            args = (ro_reshaped(x, (ys[0], x.size // ys[0])), y)
+            if deferred_compile.stands_in(site.kernel, args):
+                stand_ins.global_pool(is_max, *args)
+            else:
+                site.run(args, ys[0], x.size)
             return (y.reshape(shape),)
         y = np.empty(ys, dtype=x.dtype) if out is None else out.reshape(ys)
         lowest = (np.finfo if x.dtype.kind == "f" else np.iinfo)(x.dtype).min
         pad_value = x.dtype.type(lowest if is_max else 0)
-        site.run((is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y), units, work)
+        args = (is_max, ro_reshaped(x, xs), k, s, d, p, padded, pad_value, fd, fh, fw, y)
+        if deferred_compile.stands_in(site.kernel, args):
+            stand_ins.pool(*args)
+        else:
+            site.run(args, units, work)
         return (y.reshape(shape),)
     run.writes_into = True  # as Conv's
     return run
@@ -1011,7 +1021,11 @@ def _global_pool_builder(kernel):
             site = sites.get(x.dtype)
             if site is None:
                 site = sites[x.dtype] = CallSite(kernel)
-            site.run((ro_reshaped(x, (rows, size)), y), rows, x.size)
+            args = (ro_reshaped(x, (rows, size)), y)
+            if deferred_compile.stands_in(kernel, args):
+                stand_ins.global_pool(kernel is kpool.global_max, *args)
+            else:
+                site.run(args, rows, x.size)
             return (y.reshape(x.shape[:2] + (1,) * (x.ndim - 2)),)
 
         def native(x):

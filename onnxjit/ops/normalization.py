@@ -33,9 +33,11 @@ import math
 import numpy as np
 from onnx import TensorProto as T
 
+from onnxjit.cache import deferred_compile
 from onnxjit.ir.types import np_dtype
 from onnxjit.kernels import normalization as kn
 from onnxjit.kernels import reduce as kr
+from onnxjit.ops import stand_ins
 from onnxjit.ops.nn import ro, run_units
 from onnxjit.ops.reduce import F32, F64, compute_float, input_elem
 from onnxjit.ops.registry import attr, register_chain, register_op
@@ -59,7 +61,11 @@ def _run_rows(x2, y2, op, scale=None, bias=None, eps=0.0, mean=None, inv=None):
     block = max(1, BLOCK_ELEMENTS // max(y2.shape[1], 1))
     units = -(-y2.shape[0] // block)
     if op in (kn.SOFTMAX, kn.LOG_SOFTMAX):
-        run_units(kn.softmax_rows, (x2, y2, op == kn.LOG_SOFTMAX, block), units, y2.size * 8)
+        args = (x2, y2, op == kn.LOG_SOFTMAX, block)
+        if deferred_compile.stands_in(kn.softmax_rows, args):
+            stand_ins.softmax_rows(x2, y2, op == kn.LOG_SOFTMAX)
+        else:
+            run_units(kn.softmax_rows, args, units, y2.size * 8)
         return
     run_units(kn.rows, (x2, y2, op, scale, bias, y2.dtype.type(eps), mean, inv, block), units, y2.size * 8)
 
