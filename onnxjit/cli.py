@@ -30,8 +30,8 @@ def cmd_demo(args) -> int:
     t0 = time.perf_counter()
     sess = onnxjit.InferenceSession(path)
     print(f"onnxjit: session created in {time.perf_counter() - t0:.2f} s, providers {sess.get_providers()}")
-    print("onnxjit: first run (on a new machine this compiles the kernels, for 5-30 seconds; they are cached "
-          "for later processes) ...", flush=True)
+    print("onnxjit: first run (on a new machine the kernels compile, most of them in the background after it, "
+          "numpy standing in meanwhile; they are cached for later processes) ...", flush=True)
     t0 = time.perf_counter()
     got = sess.run(None, feeds)
     print(f"onnxjit: first run {1e3 * (time.perf_counter() - t0):.1f} ms (includes kernel compilation or loading)")

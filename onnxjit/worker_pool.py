@@ -349,13 +349,15 @@ def compile_launcher(kernel_argtypes: tuple) -> None:
 
 
 def compile_launch_ahead(launch_sig: tuple) -> None:
-    """`_launch` compiled (or loaded) for `launch_sig` before any job runs through it, with the workers' loop, which
-    compiles when the first job starts the workers: a first run whose launchers were deferred started none, and a
-    later process would compile it."""
+    """`_launch` compiled (or loaded) for `launch_sig` before any job runs through it, with the workers' loop and the
+    pool's timing of a pause, which compile when the first job starts the workers: a first run whose kernels were
+    deferred started none, and a later process would compile them (0.3 s, and Numba's compiler started)."""
     compile_launch(launch_sig)
     serve_sig = (launch_sig[0], types.int64, types.int64, types.int64)
     if serve_sig not in _serve.overloads:
         _serve.compile(serve_sig)
+    if (types.int64,) not in _pauses.overloads:
+        _pauses.compile((types.int64,))
 
 
 def compile_launch(launch_sig: tuple):

@@ -1,10 +1,10 @@
 """Run by tests/test_cache.py in a new process: a few models that between them call many kinds of kernel (generated
 parallel and serial ones, a fused reduction, the row kernels, conv and pools over BLAS, indexing kernels with
 hashing and heaps, batch normalization, Range, attention: each module of onnxjit/kernels), each compared with
-onnxruntime. With `--no-numba-compiler` Numba's target-context refresh (the start-up of its compiler) raises: the
-process must load every kernel from the caches without it.
+onnxruntime, then the kernels its first run deferred waited for. With `--no-numba-compiler` Numba's target-context
+refresh (the start-up of its compiler) raises: the process must load every kernel from the caches without it.
 
-usage: python warm_process_child.py [--no-numba-compiler]
+usage: python warm_process_child.py [--no-numba-compiler] [--models=convnet,bert,...]
 (prints one JSON line: per model, how many generated kernels it compiled)
 """
 import json
@@ -57,9 +57,9 @@ def convnet(rng):
              _const("dw", rng.standard_normal((8, 1, 3, 3)).astype(np.float32)),
              _const("fw", rng.standard_normal((5, 8)).astype(np.float32)),
              _const("fb", rng.standard_normal(5).astype(np.float32))]
-    model = make_model(nodes, [tensor("x", T.FLOAT, [2, 3, 16, 16])], [tensor("y", T.FLOAT, [2, 5])], opset=17,
+    model = make_model(nodes, [tensor("x", T.FLOAT, [2, 3, 32, 32])], [tensor("y", T.FLOAT, [2, 5])], opset=17,
                        initializers=inits)
-    return model, {"x": rng.standard_normal((2, 3, 16, 16)).astype(np.float32)}
+    return model, {"x": rng.standard_normal((2, 3, 32, 32)).astype(np.float32)}  # (its first conv on the threads)
 
 
 def indexing(rng):
@@ -108,10 +108,13 @@ def main():
     so.intra_op_num_threads = 2
     so.add_session_config_entry("session.disable_fallback_provider", "1")  # every node on a Numba kernel
     compiled = {}
-    for name, make in MODELS.items():
+    chosen = next((a.split("=", 1)[1].split(",") for a in sys.argv if a.startswith("--models=")), list(MODELS))
+    for name in chosen:
+        make = MODELS[name]
         model, feeds = make(np.random.default_rng(0))
         sess = onnxjit.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
         assert_all_same(sess.run(None, feeds), ort_run(model, feeds))
+        sess.wait_for_compilation()  # what a first run with compile helpers deferred (numpy standing in)
         compiled[name] = sum(k.compiled for k in sess.kernels())
     print(json.dumps(compiled))
 

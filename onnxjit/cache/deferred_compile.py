@@ -15,10 +15,11 @@ list, the thread from the back; each claims a kernel with a marker file before c
 the other side to it (`claim`). Native segments (native_plan) wait until nothing is pending (`pending`), so they call
 the kernels; InferenceSession.wait_for_compilation waits for them (`wait`).
 
-Measured over empty caches (same VM, one helper, session creation and first run, in alternating processes with the
-commit before, where the convs ran on the general conv_packed kernel, compiled in the run): light_resnet50
-10.0-10.7 -> 1.0-1.2 s, light_vgg19 10.6-10.8 -> 3.6-3.8 s. The cost: runs until the kernels are compiled are
-numpy's (resnet50's all compiled at 17-19 s, as before).
+Measured over empty caches (same VM, one helper, session creation and first run, two rounds in alternating
+processes with the commit before, whose convs ran on a general kernel compiled in the run, conv_packed: 9 s with its
+epilogue): light_resnet50 10.3-12.3 -> 1.2-1.3 s, light_vgg19 14.9-16.0 -> 2.0-2.2 s, gpt2 8.1 -> 2.9-4.4 s,
+vit_tiny 10.2-10.6 -> 2.1-2.2 s (docs/design.md has the rest). Runs until the kernels are compiled are numpy's;
+those were all in no later than before (resnet50 19.2-22.6 -> 16.4-18.0 s after the session's start).
 
 A deferred kernel that fails to compile leaves its op on the stand-in (logged). Sessions without a first run armed
 (one intra-op thread, no helpers: ONNXJIT_COMPILE_PROCESSES=0) compile every kernel in the run, as before.
