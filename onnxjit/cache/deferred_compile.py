@@ -6,14 +6,15 @@ kernel 7 s, conv_broadcast 6 s, pools and softmax 4 s). So while a session's fir
 (parallel_compile.FirstRun: a machine with cores to spare, compile helpers started) or a helper records it, an op
 whose kernel has no code for its argument types (compiled in this process, or in the disk cache: `available`)
 `defer`s it and computes on its numpy stand-in (onnxjit.ops.stand_ins), which compiles nothing: the convs of
-ops/nn.py, their pools and global pools, softmax, and the float32 products with a constant B of ops/linalg.py.
+ops/nn.py, their pools and global pools, softmax, attention, and the float32 products with a constant B of
+ops/linalg.py.
 When the run ends, a background thread compiles what was deferred, then calls each one's `on_ready` (the conv or
-product drops its prepared call: its next run prepares it again, on the kernel); the ops with nothing prepared (pools,
-softmax) ask `stands_in` in each run, which answers from the kernels still waiting. The helpers, which defer the
-same kernels in their recording runs, compile them after their share of the run's kernels, from the front of the
-list, the thread from the back; each claims a kernel with a marker file before compiling it and leaves one claimed by
-the other side to it (`claim`). Native segments (native_plan) wait until nothing is pending (`pending`), so they call
-the kernels; InferenceSession.wait_for_compilation waits for them (`wait`).
+product drops its prepared call: its next run prepares it again, on the kernel); the ops with nothing prepared
+(pools, softmax, attention) ask `stands_in` in each run, which answers from the kernels still waiting. The helpers,
+which defer the same kernels in their recording runs, compile them after their share of the run's kernels, from the
+front of the list, the thread from the back; each claims a kernel with a marker file before compiling it and leaves
+one claimed by the other side to it (`claim`). Native segments (native_plan) wait until nothing is pending
+(`pending`), so they call the kernels; InferenceSession.wait_for_compilation waits for them (`wait`).
 
 Measured over empty caches (same VM, one helper, session creation and first run, two rounds in alternating
 processes with the commit before, whose convs ran on a general kernel compiled in the run, conv_packed: 9 s with its
@@ -91,10 +92,10 @@ def defer_unless_available(kernel, args: tuple, on_ready: Callable[[], None]) ->
 
 
 def stands_in(kernel, args: tuple) -> bool:
-    """Whether an op whose stand-in takes the arguments of its worker_pool.run_units kernel (no prepared call to
-    drop: pools, softmax) runs the stand-in with `args` instead of the kernel: in a first run that defers, where
-    the kernel has no code (it is deferred here), and after it, until the kernel is compiled (for good where it
-    failed to, as the prepared calls keep theirs). A check of one set in every other run."""
+    """Whether an op with no prepared call to drop (pools, softmax, attention) runs its stand-in instead of its
+    worker_pool.run_units kernel with `args`: in a first run that defers, where the kernel has no code (it is
+    deferred here), and after it, until the kernel is compiled (for good where it failed to, as the prepared calls
+    keep theirs). A check of one set in every other run."""
     if not _waiting and not deferring():
         return False
     argtypes = _run_units_types(kernel, args)

@@ -31,7 +31,6 @@ from onnxjit.kernels.linalg import BLAS_SERIAL_WORK, single_threaded_blas_for
 from onnxjit.kernels.simd import LANES
 from onnxjit.ops.registry import attr, input_tensor_types, register_op
 from onnxjit.ops import stand_ins
-from onnxjit.ops.stand_ins import NumpyConv
 from onnxjit.session.native_plan import NATIVE_GRAIN, In, NativeCall, Out
 from onnxjit.worker_pool import CHUNKS_PER_THREAD, PARALLEL_GRAIN, CallSite, run_units  # other ops' too
 
@@ -590,7 +589,7 @@ def build_conv(node):
     def stand_in(key, w, b):
         """The conv on numpy (stand_ins.NumpyConv), for inputs of `key`'s shapes and this W and B."""
         shape, shape5, k, s, d, p = plan(*key)[:6]
-        return NumpyConv(w, b, group, shape5_of(key[0], r), shape, shape5, k, s, d, p, act)
+        return stand_ins.NumpyConv(w, b, group, shape5_of(key[0], r), shape, shape5, k, s, d, p, act)
 
     prepared = {}  # (X shape, W shape, itemsize) -> (W, B, bind's call, output shape) for the constant W and B
 
