@@ -1,6 +1,6 @@
-"""The numpy stand-ins a first run uses for the kernels it defers (onnxjit.ops.stand_ins): the conv, pool, softmax
-and attention cases of the kernels' own tests run on them, against onnxruntime; the activations against the
-kernels'."""
+"""The numpy stand-ins a first run uses for the kernels it defers (onnxjit.ops.stand_ins): the conv, pool, softmax,
+attention and ConvTranspose cases of the kernels' own tests run on them, against onnxruntime; the activations
+against the kernels'."""
 from __future__ import annotations
 
 import itertools
@@ -15,6 +15,7 @@ from onnxjit.ops import nn, stand_ins
 from conftest import tensor
 from onnx import TensorProto, helper, numpy_helper
 import test_ops_attention as attention_cases
+import test_ops_conv_transpose as conv_transpose_cases
 import test_optimizer_transformer
 from test_ops_nn import CONV_CASES, PACKED_CASES, POOL_CASES, _check_conv, _rand, check
 from test_optimizer_conv import ACTIVATIONS, _check, _conv_model
@@ -30,7 +31,7 @@ def standing_in(monkeypatch):
     monkeypatch.setattr(deferred_compile, "stands_in", lambda kernel, args: True)
     conv_call = stand_ins.NumpyConv.__call__
     monkeypatch.setattr(stand_ins.NumpyConv, "__call__", lambda self, *a: (ran.append("conv"), conv_call(self, *a))[1])
-    for name in ("pool", "global_pool", "softmax_rows", "attention"):
+    for name in ("pool", "global_pool", "softmax_rows", "attention", "conv_transpose"):
         fn = getattr(stand_ins, name)
         monkeypatch.setattr(stand_ins, name, lambda *a, _fn=fn, _name=name: (ran.append(_name), _fn(*a))[1])
     return ran
@@ -122,6 +123,13 @@ def test_contrib_attention_fully_masked_rows(case, standing_in):
 def test_attention_softcap_runs_its_kernel(standing_in):
     attention_cases._check(attention_cases._feeds(4, 2, "float"), softcap=2.0)
     assert not standing_in  # (the reference has no softcap)
+
+
+@pytest.mark.parametrize("xs,ws,attrs", conv_transpose_cases.CASES)
+@pytest.mark.parametrize("bias", [True, False])
+def test_conv_transpose(xs, ws, attrs, bias, standing_in):
+    conv_transpose_cases.test_conv_transpose_f32(xs, ws, attrs, bias)
+    assert standing_in == ["conv_transpose"] * 2
 
 
 VALUES = [-200.0, -88.0, -20.0, -3.5, -1.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.9, 3.0, 20.0, 88.0, 200.0,

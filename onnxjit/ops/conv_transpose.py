@@ -19,10 +19,12 @@ import math
 import numba
 import numpy as np
 
+from onnxjit.cache import deferred_compile
 from onnxjit.kernels import conv_transpose as kct
 from onnxjit.kernels.linalg import single_threaded_blas_for
 from onnxjit.ops.nn import (CHUNKS_PER_THREAD, PARALLEL_GRAIN, ConstantDerived, constant_input, conv_node_attributes,
                             float_type, ro, run_units, wanted_outputs)
+from onnxjit.ops import stand_ins
 from onnxjit.ops.registry import attr, register_op
 
 # input planes per GEMM: columns of at most COLUMN_BYTES (GEMM and col2im then work in L2: 16 -> 4 channels,
@@ -148,9 +150,12 @@ def build_conv_transpose(node):
             raise ValueError(f"ConvTranspose: B has {b.size} values, expected {shape[1]} (output channels)")
         bias = ro(b.reshape(-1) if b is not None else np.empty(0, dtype=x.dtype))
         y = np.empty(y5, dtype=x.dtype)
-        with single_threaded_blas_for(work):
-            run_units(kct.conv_transpose, (ro(x.reshape(x5)), packed.of(w), bias, k, s, d, p, taps,
-                                           tile_planes, m_blocks, chunk, use_blas, y), units, work)
+        args = (ro(x.reshape(x5)), packed.of(w), bias, k, s, d, p, taps, tile_planes, m_blocks, chunk, use_blas, y)
+        if deferred_compile.stands_in(kct.conv_transpose, args):
+            stand_ins.conv_transpose(args[0], w.reshape(w.shape[:2] + k), group, bias, k, s, d, p, y)
+        else:
+            with single_threaded_blas_for(work):
+                run_units(kct.conv_transpose, args, units, work)
         return (y.reshape(shape),)
 
     return run

@@ -6,7 +6,8 @@ GEMM microkernel, im2col and activation epilogue, which every one of its 1x1 con
 code yet, the op defers it and runs the same math on numpy (BLAS, nothing to compile) until it has: the convs as an
 im2col (strided windows copied a block of output rows at a time) times the weights, the products as numpy's
 matmul, then the epilogue the kernels apply (alpha, bias, residual, activation); the pools a strided view per tap,
-softmax numpy's exp over each row, attention the fallback provider's numpy reference. Results round as numpy's BLAS and
+ConvTranspose a product per tap added into its strided output positions, softmax numpy's exp over each row,
+attention the fallback provider's numpy reference. Results round as numpy's BLAS and
 functions do, within float rounding of the kernels'. Only first runs armed to defer use them (see
 deferred_compile.deferring), so steady runs never do.
 """
@@ -180,3 +181,30 @@ def attention(q, k, v, bias, causal: bool, causal_offset: int, scale, fully_mask
     if causal:
         mask = mask + np.where(np.arange(total) > np.arange(s)[:, None] + causal_offset, -np.inf, 0).astype(q.dtype)
     return attention_reference(q, k, v, mask, scale, 0, FULLY_MASKED_ROWS[fully_masked])
+
+
+def conv_transpose(x, w, group, bias, kernel, strides, dilations, head, out) -> None:
+    """kernels.conv_transpose.conv_transpose's result into out (N, M, OD, OH, OW): x (N, C, D, H, W), w as the op
+    takes it (C, M / group, KD, KH, KW), bias (M,) or empty; input index i adds to output index i * stride + tap *
+    dilation - head along each axis (`head` may be negative), one product per tap over every group."""
+    n, c = x.shape[:2]
+    cg, mg = c // group, w.shape[1]
+    out[...] = 0
+    x_groups = x.reshape(n, group, cg, -1)
+    ins, outs = x.shape[2:], out.shape[2:]
+    for taps in itertools.product(*(range(k) for k in kernel)):
+        picks_in, picks_out = [slice(None)] * 2, [slice(None)] * 2
+        for i, o, t, stride, d, h in zip(ins, outs, taps, strides, dilations, head):
+            shift = t * d - h  # the output index of input index 0
+            lo = max(0, -(shift // stride))  # the first input index whose output index is >= 0
+            hi = min(i - 1, (o - 1 - shift) // stride)
+            if hi < lo:
+                break
+            picks_in.append(slice(lo, hi + 1))
+            picks_out.append(slice(lo * stride + shift, hi * stride + shift + 1, stride))
+        else:
+            w_tap = w[(slice(None), slice(None)) + taps].reshape(group, cg, mg).transpose(0, 2, 1)  # (G, M/g, C/g)
+            part = np.matmul(w_tap, x_groups).reshape((n, group * mg) + ins)
+            out[tuple(picks_out)] += part[tuple(picks_in)]
+    if bias.size:
+        out += bias.reshape((-1,) + (1,) * (out.ndim - 2))
