@@ -217,3 +217,18 @@ def test_wait_returns_once_the_helpers_are_stopped_and_their_files_gone(tmp_path
     deferred_compile.wait(timeout=60)
     assert compiled == ready == [1] and not deferred_compile.pending()
     assert not job_dir.exists() and first_run._dir is None
+
+
+def test_a_first_run_that_deferred_kernels_and_started_no_helper_starts_them_at_its_end(monkeypatch):
+    """A run whose kernels all stood in can end before its helpers' delay, or meet no cache miss at all: where it
+    deferred more than one kernel, its helpers start as it ends, to share their compiling with the thread."""
+    spawned, background = [], []
+    monkeypatch.setattr(parallel_compile.FirstRun, "_spawn", lambda self, after_run=False: spawned.append(after_run))
+    monkeypatch.setattr(deferred_compile, "compile_in_background", background.append)
+    for n_deferred, want in ((2, [True]), (1, [])):
+        spawned.clear()
+        first_run = parallel_compile.FirstRun(1, (b"", {}))
+        with first_run.armed({}):
+            for i in range(n_deferred):
+                first_run.deferred[(i, ())] = (None, [])
+        assert spawned == want and background[-1] is first_run

@@ -1,6 +1,6 @@
 """The numpy stand-ins a first run uses for the kernels it defers (onnxjit.ops.stand_ins): the conv, pool, softmax,
-attention and ConvTranspose cases of the kernels' own tests run on them, against onnxruntime; the activations
-against the kernels'."""
+attention, ConvTranspose and layer norm cases of the kernels' own tests run on them, against onnxruntime; the
+activations against the kernels'."""
 from __future__ import annotations
 
 import itertools
@@ -16,6 +16,7 @@ from conftest import tensor
 from onnx import TensorProto, helper, numpy_helper
 import test_ops_attention as attention_cases
 import test_ops_conv_transpose as conv_transpose_cases
+import test_ops_reduce as reduce_cases
 import test_optimizer_transformer
 from test_ops_nn import CONV_CASES, PACKED_CASES, POOL_CASES, _check_conv, _rand, check
 from test_optimizer_conv import ACTIVATIONS, _check, _conv_model
@@ -31,9 +32,10 @@ def standing_in(monkeypatch):
     monkeypatch.setattr(deferred_compile, "stands_in", lambda kernel, args: True)
     conv_call = stand_ins.NumpyConv.__call__
     monkeypatch.setattr(stand_ins.NumpyConv, "__call__", lambda self, *a: (ran.append("conv"), conv_call(self, *a))[1])
-    for name in ("pool", "global_pool", "softmax_rows", "attention", "conv_transpose"):
+    for name in ("pool", "global_pool", "softmax_rows", "attention", "conv_transpose", "layer_norm_rows"):
         fn = getattr(stand_ins, name)
-        monkeypatch.setattr(stand_ins, name, lambda *a, _fn=fn, _name=name: (ran.append(_name), _fn(*a))[1])
+        monkeypatch.setattr(stand_ins, name,
+                            lambda *a, _fn=fn, _name=name, **kw: (ran.append(_name), _fn(*a, **kw))[1])
     return ran
 
 
@@ -130,6 +132,27 @@ def test_attention_softcap_runs_its_kernel(standing_in):
 def test_conv_transpose(xs, ws, attrs, bias, standing_in):
     conv_transpose_cases.test_conv_transpose_f32(xs, ws, attrs, bias)
     assert standing_in == ["conv_transpose"] * 2
+
+
+@pytest.mark.parametrize("xs,axis,ss,bs", reduce_cases.LN_CASES)
+@pytest.mark.parametrize("n_out", [1, 3])
+def test_layer_norm(xs, axis, ss, bs, n_out, standing_in):
+    reduce_cases.test_layer_norm_f32(xs, axis, ss, bs, n_out)
+    assert standing_in == ["layer_norm_rows"]
+
+
+@pytest.mark.parametrize("case", [0, 1, 2, 3, 4, 5])
+def test_softmax_then_layer_norm(case, standing_in):
+    """Softmax / LogSoftmax and the LayerNormalization after it as one step (the SOFTMAX_LAYER_NORM forms), or two
+    passes where the axes differ."""
+    op, sm_axis, ln_axis, dtype, n_out, softmax_is_output = TWO_PASS_CASES[case]
+    reduce_cases.test_softmax_then_layer_norm(op, sm_axis, ln_axis, dtype, n_out, softmax_is_output)
+    assert "layer_norm_rows" in standing_in
+
+
+TWO_PASS_CASES = [("Softmax", -1, -1, np.float32, 1, False), ("Softmax", -1, -1, np.float32, 3, False),
+                  ("LogSoftmax", 2, -1, np.float32, 3, False), ("Softmax", 2, -1, np.float64, 1, False),
+                  ("Softmax", 1, -1, np.float32, 1, False), ("Softmax", -1, 1, np.float32, 2, False)]
 
 
 VALUES = [-200.0, -88.0, -20.0, -3.5, -1.0, -1e-3, -0.0, 0.0, 1e-3, 0.5, 1.0, 2.9, 3.0, 20.0, 88.0, 200.0,

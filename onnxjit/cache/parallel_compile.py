@@ -172,10 +172,15 @@ class FirstRun:
             _armed.first_run = None
             if self.deferred:  # compiled in the background, the helpers helping; stopped after
                 from onnxjit.cache import deferred_compile
-                with self._lock:  # helpers not started by now are not worth starting
+                with self._lock:
                     self._run_over = True
                     if self._timer is not None:
                         self._timer.cancel()
+                    # a run whose kernels all stood in can end before its helpers' delay, or meet no miss at all
+                    # (convnext_tiny's first run: 0.3 s), leaving its deferred kernels to one thread (20 s)
+                    late = not self._procs and not self._stopped and len(self.deferred) > 1
+                if late:
+                    self._spawn(after_run=True)
                 deferred_compile.compile_in_background(self)
             else:
                 self.stop()
@@ -191,9 +196,11 @@ class FirstRun:
             self._timer.daemon = True
             self._timer.start()
 
-    def _spawn(self) -> None:
+    def _spawn(self, after_run: bool = False) -> None:
+        """Start the helpers: `delay` after the run's first miss while it goes on, or at its end where it deferred
+        kernels and started none (`after_run`)."""
         with self._lock:
-            if self._stopped or self._run_over:
+            if self._stopped or (self._run_over and not after_run) or self._procs:
                 return
             try:
                 self._write_job()

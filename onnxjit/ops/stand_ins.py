@@ -6,9 +6,9 @@ GEMM microkernel, im2col and activation epilogue, which every one of its 1x1 con
 code yet, the op defers it and runs the same math on numpy (BLAS, nothing to compile) until it has: the convs as an
 im2col (strided windows copied a block of output rows at a time) times the weights, the products as numpy's
 matmul, then the epilogue the kernels apply (alpha, bias, residual, activation); the pools a strided view per tap,
-ConvTranspose a product per tap added into its strided output positions, softmax numpy's exp over each row,
-attention the fallback provider's numpy reference. Results round as numpy's BLAS and
-functions do, within float rounding of the kernels'. Only first runs armed to defer use them (see
+ConvTranspose a product per tap added into its strided output positions, softmax numpy's exp over each row and the
+layer norms its mean and variance, attention the fallback provider's numpy reference. Results round as numpy's BLAS
+and functions do, within float rounding of the kernels'. Only first runs armed to defer use them (see
 deferred_compile.deferring), so steady runs never do.
 """
 from __future__ import annotations
@@ -20,6 +20,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from onnxjit.contrib.attention import FULLY_MASKED_ROWS, attention_reference
 from onnxjit.kernels import linalg as klinalg
+from onnxjit.kernels import normalization as knorm
 
 # most bytes of a conv stand-in's im2col block (output rows of one image): vgg19's first convs' whole im2col is
 # 115 MB, new memory a first run would touch page by page
@@ -208,3 +209,22 @@ def conv_transpose(x, w, group, bias, kernel, strides, dilations, head, out) -> 
             out[tuple(picks_out)] += part[tuple(picks_in)]
     if bias.size:
         out += bias.reshape((-1,) + (1,) * (out.ndim - 2))
+
+
+def layer_norm_rows(x, y, op, scale, bias, eps, mean, inv_std) -> None:
+    """kernels.normalization.rows's result over (rows, n) arrays: y = the layer norm of x's rows (op LAYER_NORM),
+    of y's in place (LAYER_NORM_INPLACE), of the softmax or log-softmax of x's (SOFTMAX_LAYER_NORM,
+    LOG_SOFTMAX_LAYER_NORM), times scale plus bias ((1 or rows, n)); mean and inv_std (rows,) get each row's
+    statistics."""
+    if op == knorm.LAYER_NORM_INPLACE:
+        rows = y
+    elif op in (knorm.SOFTMAX_LAYER_NORM, knorm.LOG_SOFTMAX_LAYER_NORM):
+        rows = softmax_rows(x, None, log=op == knorm.LOG_SOFTMAX_LAYER_NORM)
+    else:
+        rows = x
+    mu = rows.mean(axis=1, keepdims=True)
+    centered = rows - mu
+    inv = 1 / np.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps)
+    y[...] = centered * inv * scale + bias
+    mean[:] = mu[:, 0]
+    inv_std[:] = inv[:, 0]
