@@ -14,6 +14,7 @@ from onnxjit.ops import nn, stand_ins
 
 from conftest import tensor
 from onnx import TensorProto, helper, numpy_helper
+import test_contrib_microsoft
 import test_ops_attention as attention_cases
 import test_ops_conv_transpose as conv_transpose_cases
 import test_ops_reduce as reduce_cases
@@ -32,7 +33,8 @@ def standing_in(monkeypatch):
     monkeypatch.setattr(deferred_compile, "stands_in", lambda kernel, args: True)
     conv_call = stand_ins.NumpyConv.__call__
     monkeypatch.setattr(stand_ins.NumpyConv, "__call__", lambda self, *a: (ran.append("conv"), conv_call(self, *a))[1])
-    for name in ("pool", "global_pool", "softmax_rows", "attention", "conv_transpose", "layer_norm_rows"):
+    for name in ("pool", "global_pool", "softmax_rows", "attention", "conv_transpose", "layer_norm_rows",
+                 "skip_layer_norm_rows"):
         fn = getattr(stand_ins, name)
         monkeypatch.setattr(stand_ins, name,
                             lambda *a, _fn=fn, _name=name, **kw: (ran.append(_name), _fn(*a, **kw))[1])
@@ -148,6 +150,13 @@ def test_softmax_then_layer_norm(case, standing_in):
     op, sm_axis, ln_axis, dtype, n_out, softmax_is_output = TWO_PASS_CASES[case]
     reduce_cases.test_softmax_then_layer_norm(op, sm_axis, ln_axis, dtype, n_out, softmax_is_output)
     assert "layer_norm_rows" in standing_in
+
+
+@pytest.mark.parametrize("x_shape,skip_shape", test_contrib_microsoft.SKIP_SHAPES)
+@pytest.mark.parametrize("optional", ["none", "beta", "beta_bias"])
+def test_skip_layer_norm(x_shape, skip_shape, optional, standing_in):
+    test_contrib_microsoft.test_skip_layer_normalization(np.random.default_rng(0), x_shape, skip_shape, optional)
+    assert set(standing_in) == {"skip_layer_norm_rows", "layer_norm_rows"}  # (the second called by the first)
 
 
 TWO_PASS_CASES = [("Softmax", -1, -1, np.float32, 1, False), ("Softmax", -1, -1, np.float32, 3, False),

@@ -344,9 +344,12 @@ def _skip_layer_norm_rows(x, skip, gamma, beta, bias, eps: float, n_out: int, wa
                                                                                rows, n, dtype)
     addend = _zeros(n, dtype.char) if bias is None else ro(bias)  # + 0 leaves the sum as it is
     block = max(1, BLOCK_ELEMENTS // n)
-    run_units(kn.skip_rows, (ro(np.ascontiguousarray(x).reshape(rows, n)),
-                             ro(np.ascontiguousarray(skip).reshape(-1, n)), addend, total, y,
-                             not want_sum, sc, bi, dtype.type(eps), mean, inv, block), -(-rows // block), x.size * 8)
+    args = (ro(np.ascontiguousarray(x).reshape(rows, n)), ro(np.ascontiguousarray(skip).reshape(-1, n)), addend,
+            total, y, not want_sum, sc, bi, dtype.type(eps), mean, inv, block)
+    if deferred_compile.stands_in(kn.skip_rows, args):
+        stand_ins.skip_layer_norm_rows(*args[:-1])
+    else:
+        run_units(kn.skip_rows, args, -(-rows // block), x.size * 8)
     outs = _layer_norm_outputs(y, mean, inv, shape, dtype, shape[:-1] + (1,), F64 if dtype == F64 else F32, n_out)
     if want_sum:
         return outs + [total.reshape(shape)]

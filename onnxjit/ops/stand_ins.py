@@ -228,3 +228,13 @@ def layer_norm_rows(x, y, op, scale, bias, eps, mean, inv_std) -> None:
     y[...] = centered * inv * scale + bias
     mean[:] = mu[:, 0]
     inv_std[:] = inv[:, 0]
+
+
+def skip_layer_norm_rows(x, skip, addend, total, y, in_place, scale, bias, eps, mean, inv_std) -> None:
+    """kernels.normalization.skip_rows's result over (rows, n) arrays: total = x + skip (its rows repeated over
+    x's) + addend (n,), then y = total's layer norm as layer_norm_rows gives it (over total itself when
+    `in_place`)."""
+    np.add(x, np.resize(skip, x.shape), out=total)
+    total += addend
+    layer_norm_rows(total, y, knorm.LAYER_NORM_INPLACE if in_place else knorm.LAYER_NORM, scale, bias, eps, mean,
+                    inv_std)
