@@ -101,7 +101,10 @@ def stands_in(kernel, args: tuple) -> bool:
     argtypes = _run_units_types(kernel, args)
     if (kernel, argtypes) in _waiting:
         return True
-    return deferring() and defer_unless_available(kernel, args, _nothing)
+    if not deferring() or available(kernel, argtypes):
+        return False
+    defer(kernel, argtypes, _nothing)
+    return True
 
 
 def _nothing() -> None:

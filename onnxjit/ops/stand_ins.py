@@ -6,8 +6,8 @@ GEMM microkernel, im2col and activation epilogue, which every one of its 1x1 con
 code yet, the op defers it and runs the same math on numpy (BLAS, nothing to compile) until it has: the convs as an
 im2col (strided windows copied a block of output rows at a time) times the weights, the products as numpy's
 matmul, then the epilogue the kernels apply (alpha, bias, residual, activation); the pools a strided view per tap,
-ConvTranspose a product per tap added into its strided output positions, softmax numpy's exp over each row and the
-layer norms its mean and variance, attention the fallback provider's numpy reference. Results round as numpy's BLAS
+ConvTranspose a product per tap added into its strided output positions, softmax numpy's exp over each row, the
+layer norms and attention the fallback provider's numpy references. Results round as numpy's BLAS
 and functions do, within float rounding of the kernels'. Only first runs armed to defer use them (see
 deferred_compile.deferring), so steady runs never do.
 """
@@ -19,6 +19,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from onnxjit.contrib.attention import FULLY_MASKED_ROWS, attention_reference
+from onnxjit.contrib.normalization import layer_norm_reference
 from onnxjit.kernels import linalg as klinalg
 from onnxjit.kernels import normalization as knorm
 
@@ -222,10 +223,7 @@ def layer_norm_rows(x, y, op, scale, bias, eps, mean, inv_std) -> None:
         rows = softmax_rows(x, None, log=op == knorm.LOG_SOFTMAX_LAYER_NORM)
     else:
         rows = x
-    mu = rows.mean(axis=1, keepdims=True)
-    centered = rows - mu
-    inv = 1 / np.sqrt((centered * centered).mean(axis=1, keepdims=True) + eps)
-    y[...] = centered * inv * scale + bias
+    y[...], mu, inv = layer_norm_reference(rows, scale, bias, 1, eps, y.dtype)
     mean[:] = mu[:, 0]
     inv_std[:] = inv[:, 0]
 
